@@ -1,0 +1,1 @@
+"""tcli's Triton-compatible inference server. Importable without the CLI."""

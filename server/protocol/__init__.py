@@ -1,0 +1,1 @@
+"""Transport-neutral core types: datatypes, errors, tensors, requests and responses."""
