@@ -1,0 +1,166 @@
+"""Complete a parsed config the way Triton normalises it when it loads a model.
+
+Order follows Triton: name from the folder, backend and platform, the default model file, the
+backend's own auto-complete from the model file (ONNX signature, python `auto_complete_config`),
+then the core defaults (version policy, instance groups, sequence idle time, pinned memory).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from server.config import backends
+from server.protocol.errors import ErrorCode, TritonError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from server.repository.layout import ModelFolder
+
+# --backend-config=onnxruntime,default-max-batch-size (Triton's default is 4)
+ONNX_DEFAULT_MAX_BATCH_SIZE = 4
+DEFAULT_SEQUENCE_IDLE_MICROSECONDS = 1_000_000
+# backends whose CPU instance groups default to two instances (core SetDefaultInstanceCount)
+_TWO_CPU_INSTANCE_BACKENDS = frozenset({"onnxruntime", "tensorflow", "openvino"})
+
+
+def complete_config(
+    config: ModelConfig, folder: ModelFolder, *, auto_complete: bool = True, gpu_count: int = 0
+) -> ModelConfig:
+    """A completed copy of `config`; raises TritonError when Triton would refuse to load the model."""
+    completed = type(config)()
+    completed.CopyFrom(config)
+    if not completed.name:
+        completed.name = folder.name
+    _complete_backend(completed, folder)
+    if not completed.default_model_filename and completed.platform != backends.ENSEMBLE:
+        completed.default_model_filename = backends.default_model_filename(
+            completed.platform, completed.backend
+        )
+    if auto_complete:
+        model_file = _latest_model_file(completed, folder)
+        if model_file is not None and completed.backend == "onnxruntime":
+            _auto_complete_onnx(completed, model_file)
+        elif model_file is not None and completed.backend == "python":
+            _auto_complete_python(completed, model_file)
+    _complete_core_defaults(completed, gpu_count)
+    return completed
+
+
+def _complete_backend(config: ModelConfig, folder: ModelFolder) -> None:
+    if config.platform in backends.PLATFORMS and not config.backend:
+        config.backend = backends.PLATFORMS[config.platform].backend
+    elif config.backend and not config.platform:
+        config.platform = backends.BACKEND_PLATFORMS.get(config.backend, "")
+    elif not config.platform and not config.backend:
+        files: set[str] = set()
+        if folder.versions:
+            files = {p.name for p in folder.version_path(folder.versions[-1]).iterdir()}
+        backend = backends.backend_from_files(files)
+        if backend is None:
+            raise TritonError(
+                ErrorCode.INVALID_ARG,
+                f"Invalid model name: Could not determine backend for model '{config.name}' with no "
+                "backend in model configuration. Expected model name of the form 'model.<backend_name>'.",
+            )
+        config.backend = backend
+        config.platform = backends.BACKEND_PLATFORMS.get(backend, "")
+
+
+def _latest_model_file(config: ModelConfig, folder: ModelFolder) -> Path | None:
+    if not folder.versions or not config.default_model_filename:
+        return None
+    path = folder.version_path(folder.versions[-1]) / config.default_model_filename
+    return path if path.exists() else None
+
+
+def _auto_complete_onnx(config: ModelConfig, model_file: Path) -> None:
+    """Fill inputs, outputs and max_batch_size from the ONNX graph, as the onnxruntime backend does."""
+    from server.backends.onnx_signature import read_onnx_signature
+
+    signature = read_onnx_signature(model_file)
+    if signature.supports_batching:
+        # Keep an explicit non-batching config whose dims already include the batch dimension.
+        includes_batch = any(
+            len(io.dims) == len(spec.shape)
+            for io in list(config.input) + list(config.output)
+            for spec in signature.inputs + signature.outputs
+            if spec.name == io.name
+        )
+        if config.max_batch_size == 0 and not includes_batch:
+            config.max_batch_size = ONNX_DEFAULT_MAX_BATCH_SIZE
+        if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
+            config.dynamic_batching.SetInParent()
+    elif config.max_batch_size != 0:
+        raise TritonError(
+            ErrorCode.INVALID_ARG,
+            f"autofill failed for model '{config.name}': model does not support batching while non-zero "
+            "max_batch_size is specified",
+        )
+    batched = config.max_batch_size > 0
+    for specs, ios in ((signature.inputs, config.input), (signature.outputs, config.output)):
+        known = {io.name for io in ios}
+        for spec in specs:
+            if spec.name in known:
+                continue
+            io = ios.add()
+            io.name = spec.name
+            io.data_type = _data_type_value(spec.data_type)
+            dims = spec.shape[1:] if batched else spec.shape
+            if dims:
+                io.dims.extend(dims)
+            elif batched:  # a [batch] tensor: Triton writes dims [1] with an empty reshape
+                io.dims.append(1)
+                io.reshape.SetInParent()
+    for io in list(config.input) + list(config.output):
+        if io.data_type == 0:
+            for spec in signature.inputs + signature.outputs:
+                if spec.name == io.name:
+                    io.data_type = _data_type_value(spec.data_type)
+
+
+def _auto_complete_python(config: ModelConfig, model_file: Path) -> None:
+    from server.backends.python.autocomplete import auto_complete_config
+    from server.config.write import from_json_dict, to_json_dict
+
+    completed = auto_complete_config(model_file, to_json_dict(config))
+    config.CopyFrom(from_json_dict(completed))
+
+
+def _data_type_value(name: str) -> int:
+    from server.config.parse import model_config_pb2
+
+    return int(model_config_pb2().DataType.Value(name))
+
+
+def _complete_core_defaults(config: ModelConfig, gpu_count: int) -> None:
+    if not config.HasField("version_policy"):
+        config.version_policy.latest.num_versions = 1
+    if config.HasField("sequence_batching") and config.sequence_batching.max_sequence_idle_microseconds == 0:
+        config.sequence_batching.max_sequence_idle_microseconds = DEFAULT_SEQUENCE_IDLE_MICROSECONDS
+    if config.platform != backends.ENSEMBLE:
+        _complete_instance_groups(config, gpu_count)
+    config.optimization.input_pinned_memory.enable = True
+    config.optimization.output_pinned_memory.enable = True
+
+
+def _complete_instance_groups(config: ModelConfig, gpu_count: int) -> None:
+    """core NormalizeInstanceGroup: one default group, names, KIND_AUTO resolved, default counts."""
+    from server.config.parse import model_config_pb2
+
+    kind = model_config_pb2().ModelInstanceGroup.Kind
+    if not config.instance_group:
+        group = config.instance_group.add()
+        group.name = config.name
+    for index, group in enumerate(config.instance_group):
+        if not group.name:
+            group.name = f"{config.name}_{index}"
+        if group.kind == kind.Value("KIND_AUTO"):
+            group.kind = kind.Value("KIND_GPU") if gpu_count > 0 else kind.Value("KIND_CPU")
+        if group.kind == kind.Value("KIND_GPU") and not group.gpus:
+            group.gpus.extend(range(gpu_count))
+        if group.count == 0:  # proto3 cannot tell an explicit 0 from unset; negatives fail validation
+            two = group.kind == kind.Value("KIND_CPU") and config.backend in _TWO_CPU_INSTANCE_BACKENDS
+            group.count = 2 if two else 1

@@ -1,0 +1,134 @@
+"""Read config.pbtxt into `model_config_pb2.ModelConfig` with protobuf's text format parser."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from server.protocol.errors import ErrorCode, TritonError
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+CONFIG_FILENAME = "config.pbtxt"
+
+
+class ConfigParseError(TritonError):
+    """A config.pbtxt that protobuf's text format parser rejects; knows the file, line and column."""
+
+    def __init__(self, path: Path, line: int, column: int, reason: str, fix: str | None) -> None:
+        message = f"{path}:{line}:{column}: {reason}"
+        super().__init__(ErrorCode.INVALID_ARG, message)
+        self.path = path
+        self.line = line
+        self.column = column
+        self.reason = reason
+        self.fix = fix
+
+
+def model_config_pb2():  # type: ignore[no-untyped-def]
+    """The generated ModelConfig module from tritonclient: our one source of truth for the schema."""
+    from tritonclient.grpc import model_config_pb2 as module
+
+    return module
+
+
+def new_config() -> ModelConfig:
+    return model_config_pb2().ModelConfig()
+
+
+def parse_config_text(text: str, path: Path) -> ModelConfig:
+    """Parse pbtxt text; raise ConfigParseError naming `path`, line and column on failure."""
+    from google.protobuf import text_format
+
+    config = new_config()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as exc:
+        line, column = exc.GetLine() or 1, exc.GetColumn() or 1
+        reason = re.sub(r"^\d+:\d+ : ", "", str(exc))
+        # protobuf quotes the whole offending line before the reason; the location already says where
+        reason = re.sub(r"^'.*?': (?=[A-Z])", "", reason)
+        raise ConfigParseError(path, line, column, reason, _suggest_fix(reason)) from None
+    return config
+
+
+def read_config(path: Path) -> tuple[ModelConfig, str]:
+    """Parse a config.pbtxt file; returns the config and its text (kept for locating lines)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigParseError(
+            path, 1, 1, f"not UTF-8 text ({exc.reason})", "save the file as UTF-8"
+        ) from None
+    except OSError as exc:
+        raise TritonError(ErrorCode.INVALID_ARG, f"{path}: cannot read: {exc.strerror}") from None
+    return parse_config_text(text, path), text
+
+
+def _suggest_fix(reason: str) -> str | None:
+    """A concrete next step for the parse errors people actually make."""
+    field = re.search(r'Message type "([\w.]+)" has no field named "(\w+)"', reason)
+    if field:
+        choices = _field_names(field.group(1))
+        close = difflib.get_close_matches(field.group(2), choices, n=1)
+        if close:
+            return f"did you mean '{close[0]}'?"
+        return f"known fields: {', '.join(sorted(choices))}"
+    enum = re.search(r'Enum type "([\w.]+)" has no value named (\w+)', reason)
+    if enum:
+        values = _enum_values(enum.group(1))
+        close = difflib.get_close_matches(enum.group(2), values, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        return f"{hint}known values: {', '.join(values)}"
+    if "Expected" in reason:
+        return "check the brackets and quotes around this position: blocks are { ... }, lists are [ ... ]"
+    return None
+
+
+def _field_names(message_full_name: str) -> list[str]:
+    from google.protobuf import descriptor_pool
+
+    model_config_pb2()  # registers the descriptors
+    try:
+        descriptor = descriptor_pool.Default().FindMessageTypeByName(message_full_name)
+    except KeyError:
+        return []
+    return [f.name for f in descriptor.fields]
+
+
+def _enum_values(enum_full_name: str) -> list[str]:
+    from google.protobuf import descriptor_pool
+
+    model_config_pb2()
+    try:
+        descriptor = descriptor_pool.Default().FindEnumTypeByName(enum_full_name)
+    except KeyError:
+        return []
+    return [v.name for v in descriptor.values]
+
+
+@dataclass(frozen=True)
+class SourceText:
+    """The text of a config.pbtxt, used to point a problem at the line a person would edit."""
+
+    path: Path
+    text: str
+
+    def line_of(self, *needles: str) -> int | None:
+        """Line (1-based) of the last needle, each searched after the previous one was found.
+
+        `line_of("input", '"INPUT0"', "dims")` finds the dims line of input INPUT0. A needle that is not
+        found is skipped, so the answer degrades to the nearest enclosing thing rather than to nothing.
+        """
+        position, found = 0, None
+        for needle in needles:
+            match = re.compile(rf"(?<![\w]){re.escape(needle)}(?![\w])").search(self.text, position)
+            if match:
+                position, found = match.end(), match.start()
+        if found is None:
+            return None
+        return self.text.count("\n", 0, found) + 1

@@ -1,0 +1,513 @@
+"""The rules Triton applies to one model's config when it loads it, plus what it finds only at run time.
+
+Each rule adds a Problem worded as Triton's message where Triton has one, with a plain-words fix and
+the config.pbtxt line to edit. Rules that need other models (ensembles) or the model file live in
+ensemble.py and model_files.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from server.config import backends
+from server.config.parse import SourceText
+from server.config.problems import Problem, Severity
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from server.repository.layout import ModelFolder
+
+_CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING")
+_FALSE_TRUE_FIELDS = ("int32_false_true", "fp32_false_true", "bool_false_true")
+
+
+@dataclass
+class Findings:
+    """Collects problems for one model and points each at a line of its config.pbtxt."""
+
+    model: str
+    source: SourceText | None
+    problems: list[Problem] = field(default_factory=list)
+
+    def add(self, severity: Severity, message: str, fix: str | None = None, at: tuple[str, ...] = ()) -> None:
+        line = self.source.line_of(*at) if self.source and at else None
+        path = self.source.path if self.source else None
+        self.problems.append(Problem(severity, message, fix, path, line))
+
+    def error(self, message: str, fix: str | None = None, at: tuple[str, ...] = ()) -> None:
+        self.add("error", message, fix, at)
+
+    def warning(self, message: str, fix: str | None = None, at: tuple[str, ...] = ()) -> None:
+        self.add("warning", message, fix, at)
+
+
+def enum_name(message: object, field_name: str) -> str:
+    descriptor = message.DESCRIPTOR.fields_by_name[field_name]  # type: ignore[attr-defined]
+    return str(descriptor.enum_type.values_by_number[getattr(message, field_name)].name)
+
+
+def validate_raw(config: ModelConfig, folder: ModelFolder, found: Findings) -> None:
+    """Rules on the config as written, before completion fills in defaults."""
+    m = config.name or folder.name
+    if config.name and config.name != folder.name:
+        found.error(
+            f"unexpected directory name '{folder.name}' for model '{config.name}', "
+            "directory name must equal model name",
+            f'set name: "{folder.name}" or rename the folder to {config.name}',
+            ("name",),
+        )
+    _check_platform_backend(config, found)
+    if config.max_batch_size < 0:
+        found.error(
+            f"'max_batch_size' must be non-negative value for {m}",
+            "use 0 for a model without a batch dimension, or the largest batch it accepts",
+            ("max_batch_size",),
+        )
+    if config.platform == backends.ENSEMBLE:
+        if config.instance_group:
+            found.error(
+                f"instance group should not be specified for ensemble '{m}'",
+                "remove instance_group: an ensemble runs on its composing models' instances",
+                ("instance_group",),
+            )
+        if config.model_warmup:
+            found.error(f"model_warmup can not be specified for ensemble '{m}'", None, ("model_warmup",))
+        if not config.HasField("ensemble_scheduling") or not config.ensemble_scheduling.step:
+            found.error(
+                f"must specify 'step' for ensemble '{m}'",
+                "add ensemble_scheduling { step [ { model_name: ... input_map {...} output_map {...} } ] }",
+                ("platform",),
+            )
+    elif config.HasField("ensemble_scheduling"):
+        found.error(
+            f"ensemble scheduling cannot be set for model '{m}' whose platform is not ensemble",
+            'set platform: "ensemble" or remove ensemble_scheduling',
+            ("ensemble_scheduling",),
+        )
+    for group in config.instance_group:
+        if group.count < 0:
+            found.error(
+                f"instance group {group.name or '<unnamed>'} of model {m} must specify count >= 1",
+                "set count to the number of parallel instances (1 or more)",
+                ("instance_group", "count"),
+            )
+
+
+def _check_platform_backend(config: ModelConfig, found: Findings) -> None:
+    m = config.name
+    platform, backend = config.platform, config.backend
+    if platform and platform not in backends.PLATFORMS:
+        found.error(
+            f"unknown platform '{platform}' for model '{m}'",
+            f"use one of {', '.join(sorted(p for p in backends.PLATFORMS if p != 'libtorch'))}, "
+            'or a backend such as backend: "python"',
+            ("platform",),
+        )
+        return
+    if platform and backend:
+        expected = backends.PLATFORMS[platform].backend
+        if expected and backend != expected:
+            found.error(
+                f"platform '{platform}' is served by backend '{expected}' but model '{m}' sets "
+                f"backend '{backend}'",
+                f'remove backend, or set backend: "{expected}"',
+                ("backend",),
+            )
+            return
+    if backend and backend not in backends.KNOWN_BACKENDS:
+        found.error(
+            f"unable to find backend library for backend '{backend}' of model '{m}'",
+            f"use one of {', '.join(sorted(backends.SERVED_BACKENDS))}",
+            ("backend",),
+        )
+    elif backend and backend not in backends.SERVED_BACKENDS:
+        found.warning(
+            f"backend '{backend}' of model '{m}' is one of Triton's own; tcli serve cannot load it",
+            "serve this model with Triton, or convert it to ONNX, TorchScript or a python model",
+            ("backend",),
+        )
+
+
+def validate_completed(
+    config: ModelConfig, folder: ModelFolder, found: Findings, *, gpu_count: int = 0
+) -> None:
+    """Rules on the completed config (what the server would run)."""
+    _check_versions(config, folder, found)
+    _check_tensors(config, found, "input")
+    _check_tensors(config, found, "output")
+    _check_labels(config, folder, found)
+    _check_dynamic_batching(config, found)
+    _check_sequence_batching(config, found)
+    _check_instance_groups(config, found, gpu_count)
+    _check_warmup(config, folder, found)
+
+
+def _check_versions(config: ModelConfig, folder: ModelFolder, found: Findings) -> None:
+    from server.repository.layout import select_versions
+
+    m = config.name
+    for name in folder.ignored:
+        found.warning(
+            f"folder '{name}' in model '{m}' is ignored: version folders must be positive integers "
+            "not starting with 0",
+            f"rename it to a number such as {name.lstrip('0vV') or '1'} if it holds a version",
+        )
+    if not folder.versions:
+        found.error(
+            f"failed to load '{m}', no version is available",
+            f"put the model file in a numbered folder: {folder.path}/1/"
+            f"{config.default_model_filename or 'model.<ext>'}",
+        )
+        return
+    policy = config.version_policy
+    if policy.WhichOneof("policy_choice") == "specific":
+        missing = [v for v in policy.specific.versions if v not in folder.versions]
+        for version in missing:
+            found.error(
+                f"version {version} of model '{m}' is listed in version_policy but has no folder",
+                f"create {folder.path}/{version}/ or remove {version} from version_policy specific",
+                ("version_policy", str(version)),
+            )
+    if policy.WhichOneof("policy_choice") == "latest" and policy.latest.num_versions == 0:
+        found.error(
+            f"version_policy latest of model '{m}' serves no version (num_versions: 0)",
+            "set num_versions: 1 or more",
+            ("num_versions",),
+        )
+    if config.platform == backends.ENSEMBLE or not config.default_model_filename:
+        return
+    for version in select_versions(policy, folder.versions):
+        model_file = folder.version_path(version) / config.default_model_filename
+        if not model_file.exists():
+            found.error(
+                f"unable to find '{config.default_model_filename}' for model '{m}' version {version}",
+                f"put the model file at {model_file}, or set default_model_filename",
+            )
+
+
+def _io_label(config: ModelConfig, kind: str) -> str:
+    return "model input" if kind == "input" else "model output"
+
+
+def _check_tensors(config: ModelConfig, found: Findings, kind: str) -> None:
+    m = config.name
+    tensors = list(getattr(config, kind))
+    label = _io_label(config, kind)
+    counts = Counter(t.name for t in tensors)
+    for name, count in counts.items():
+        if name and count > 1:
+            found.error(
+                f"{label} '{name}' is specified {count} times for {m}",
+                f"give each {kind} a unique name",
+                (kind, f'"{name}"'),
+            )
+    for tensor in tensors:
+        at = (kind, f'"{tensor.name}"')
+        if not tensor.name:
+            found.error(f"{label} must specify 'name'", f"add name: to every {kind}", (kind,))
+            continue
+        if tensor.data_type == 0:
+            found.error(
+                f"{label} '{tensor.name}' must specify 'data_type'",
+                "add data_type, e.g. TYPE_FP32",
+                at,
+            )
+        if not tensor.dims:
+            found.error(
+                f"{label} '{tensor.name}' must specify 'dims'",
+                "add dims, e.g. dims: [ 16 ]; for a scalar per batch item use dims: [ 1 ] with "
+                "reshape: { shape: [ ] }",
+                at,
+            )
+        elif any(d < -1 or d == 0 for d in tensor.dims):
+            found.error(
+                f"{label} '{tensor.name}' dimension must be integer >= 1, or -1 to indicate a "
+                f"variable-size dimension for {m}",
+                "use positive sizes, or -1 for a dimension that varies",
+                (*at, "dims"),
+            )
+        if tensor.HasField("reshape"):
+            _check_reshape(config, tensor, label, found, at)
+
+
+def _check_reshape(
+    config: ModelConfig, tensor: object, label: str, found: Findings, at: tuple[str, ...]
+) -> None:
+    m = config.name
+    dims = list(tensor.dims)  # type: ignore[attr-defined]
+    shape = list(tensor.reshape.shape)  # type: ignore[attr-defined]
+    name = tensor.name  # type: ignore[attr-defined]
+    if not shape:
+        if config.max_batch_size == 0:
+            found.error(
+                f"{label} '{name}' cannot have empty reshape for non-batching model as scalar tensors "
+                f"are not supported for {m}",
+                "give reshape a shape, or set max_batch_size > 0",
+                (*at, "reshape"),
+            )
+        return
+    if any(d < -1 or d == 0 for d in shape):
+        found.error(
+            f"{label} '{name}' reshape dimensions must be integer >= 1, or -1 to indicate a "
+            f"variable-size dimension for {m}",
+            None,
+            (*at, "reshape"),
+        )
+        return
+    if dims.count(-1) != shape.count(-1):
+        found.error(
+            f"{label} '{name}' has different number of variable-size dimensions for dims and reshape for {m}",
+            "use -1 the same number of times in dims and reshape",
+            (*at, "reshape"),
+        )
+    elif math.prod(d for d in dims if d != -1) != math.prod(d for d in shape if d != -1):
+        found.error(
+            f"{label} '{name}' has different size for dims and reshape for {m}",
+            f"dims {dims} hold {math.prod(d for d in dims if d != -1)} elements but reshape {shape} "
+            f"holds {math.prod(d for d in shape if d != -1)}: make them hold the same number",
+            (*at, "reshape"),
+        )
+
+
+def _check_labels(config: ModelConfig, folder: ModelFolder, found: Findings) -> None:
+    for output in config.output:
+        if not output.label_filename:
+            continue
+        at = ("output", f'"{output.name}"', "label_filename")
+        path = folder.path / output.label_filename
+        if not path.is_file():
+            found.error(
+                f"label file '{output.label_filename}' of output '{output.name}' of model '{config.name}' "
+                "not found",
+                f"create {path} with one label per line, or fix label_filename",
+                at,
+            )
+            continue
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            found.error(f"label file {path} cannot be read: {exc}", "save it as UTF-8 text", at)
+            continue
+        while lines and not lines[-1].strip():
+            lines.pop()
+        dims = [d for d in output.dims if d != 1]
+        if dims and all(d > 0 for d in dims):
+            classes = math.prod(dims)
+            if classes != len(lines):
+                found.error(
+                    f"label file '{output.label_filename}' has {len(lines)} labels but output "
+                    f"'{output.name}' of model '{config.name}' has {classes} classes",
+                    f"write exactly {classes} lines, one label per class index",
+                    at,
+                )
+
+
+def _check_dynamic_batching(config: ModelConfig, found: Findings) -> None:
+    if not config.HasField("dynamic_batching"):
+        return
+    m, batching = config.name, config.dynamic_batching
+    at = ("dynamic_batching",)
+    if config.max_batch_size == 0:
+        found.warning(
+            f"dynamic batching is enabled for model '{m}' but max_batch_size is 0, so no requests "
+            "can be batched",
+            "set max_batch_size > 0 (dims exclude the batch dimension) or remove dynamic_batching",
+            at,
+        )
+    for size in batching.preferred_batch_size:
+        if size < 1:
+            found.error(
+                f"dynamic batching preferred size must be positive for {m}",
+                None,
+                (*at, "preferred_batch_size"),
+            )
+        elif config.max_batch_size > 0 and size > config.max_batch_size:
+            found.error(
+                f"dynamic batching preferred size must be <= max batch size for {m}",
+                f"preferred_batch_size {size} is larger than max_batch_size {config.max_batch_size}",
+                (*at, "preferred_batch_size"),
+            )
+    levels = batching.priority_levels
+    if levels > 0:
+        if not 1 <= batching.default_priority_level <= levels:
+            found.error(
+                f"default priority level must be in range [1, {levels}] for {m}",
+                f"set default_priority_level between 1 and {levels}",
+                (*at, "default_priority_level"),
+            )
+        for level in batching.priority_queue_policy:
+            if not 1 <= level <= levels:
+                found.error(
+                    f"priority queue policy must have priority level in range [1, {levels}] for {m}",
+                    None,
+                    (*at, "priority_queue_policy"),
+                )
+    if batching.preserve_ordering:
+        if levels > 1:
+            found.error(
+                f"Only one priority level is allowed when 'preserve_ordering' is true for {m}",
+                None,
+                (*at, "preserve_ordering"),
+            )
+        policies = [batching.default_queue_policy, *batching.priority_queue_policy.values()]
+        if any(p.timeout_action == 1 for p in policies):  # DELAY
+            found.error(
+                f"Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true for {m}",
+                "use timeout_action: REJECT, or turn preserve_ordering off",
+                (*at, "DELAY"),
+            )
+
+
+def _check_sequence_batching(config: ModelConfig, found: Findings) -> None:
+    if not config.HasField("sequence_batching"):
+        return
+    m, seq = config.name, config.sequence_batching
+    kinds_seen: Counter[str] = Counter()
+    for control_input in seq.control_input:
+        at = ("control_input", f'"{control_input.name}"')
+        if not control_input.name:
+            found.error(
+                f"sequence batching control tensor must have a name for {m}", None, ("control_input",)
+            )
+        if not control_input.control:
+            found.error(
+                f"sequence batching control tensor '{control_input.name}' must specify a control for {m}",
+                "add control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ]",
+                at,
+            )
+        own_kinds = {enum_name(c, "kind") for c in control_input.control}
+        if len(own_kinds) < len(control_input.control) or len(own_kinds) > 1:
+            found.error(
+                f"sequence batching control tensor '{control_input.name}' is specified for multiple "
+                f"control kinds for {m}",
+                "use one control_input per control kind",
+                at,
+            )
+        for control in control_input.control:
+            kind = enum_name(control, "kind")
+            kinds_seen[kind] += 1
+            _check_control(m, kind, control, found, at)
+    for kind, count in kinds_seen.items():
+        if count > 1:
+            found.error(
+                f"sequence batching specifies multiple {kind} tensors for {m}",
+                "keep one control_input for each control kind",
+                (kind,),
+            )
+    for state in seq.state:
+        at = ("state", f'"{state.input_name}"')
+        if not state.input_name or not state.output_name:
+            found.error(
+                f"sequence batching state of model {m} must specify 'input_name' and 'output_name'", None, at
+            )
+        if state.data_type == 0:
+            found.error(
+                f"sequence batching state '{state.input_name}' must specify 'data_type' for {m}", None, at
+            )
+        if not state.dims:
+            found.error(f"sequence batching state '{state.input_name}' must specify 'dims' for {m}", None, at)
+    if seq.WhichOneof("strategy_choice") == "oldest":
+        for size in seq.oldest.preferred_batch_size:
+            if config.max_batch_size > 0 and size > config.max_batch_size:
+                found.error(
+                    f"sequence batching preferred size must be <= max batch size for {m}",
+                    None,
+                    ("oldest", "preferred_batch_size"),
+                )
+
+
+def _check_control(m: str, kind: str, control: object, found: Findings, at: tuple[str, ...]) -> None:
+    present = [f for f in _FALSE_TRUE_FIELDS if len(getattr(control, f))]
+    if kind == "CONTROL_SEQUENCE_CORRID":
+        if present:
+            found.error(
+                "sequence batching must not specify either 'int32_false_true', 'fp32_false_true' or "
+                f"'bool_false_true' for CONTROL_SEQUENCE_CORRID for {m}",
+                "give the CORRID control only a data_type",
+                at,
+            )
+        data_type = enum_name(control, "data_type")
+        if data_type not in _CORRID_TYPES:
+            found.error(
+                f"sequence batching must specify data_type TYPE_UINT64, TYPE_INT64, TYPE_UINT32, "
+                f"TYPE_INT32 or TYPE_STRING for CONTROL_SEQUENCE_CORRID for {m}",
+                "add data_type: TYPE_UINT64 to the CORRID control",
+                at,
+            )
+        return
+    if len(present) != 1:
+        found.error(
+            "sequence batching must specify either 'int32_false_true', 'fp32_false_true' or "
+            f"'bool_false_true' for {kind} for {m}",
+            "add exactly one, e.g. int32_false_true: [ 0, 1 ]",
+            at,
+        )
+        return
+    values = getattr(control, present[0])
+    if len(values) != 2:
+        found.error(
+            f"sequence batching control '{present[0]}' must have exactly 2 entries for {kind} for {m}",
+            "give the false value then the true value, e.g. [ 0, 1 ]",
+            at,
+        )
+
+
+def _check_instance_groups(config: ModelConfig, found: Findings, gpu_count: int) -> None:
+    for group in config.instance_group:
+        kind = enum_name(group, "kind")
+        at = ("instance_group",)
+        if kind == "KIND_CPU" and group.gpus:
+            found.error(
+                f"instance group {group.name} of model {config.name} has kind KIND_CPU but specifies one or "
+                "more GPUs",
+                "remove gpus, or use kind: KIND_GPU",
+                (*at, "gpus"),
+            )
+        if kind == "KIND_GPU":
+            bad = [g for g in group.gpus if g < 0 or (gpu_count and g >= gpu_count)]
+            if bad:
+                found.error(
+                    f"instance group {group.name} of model {config.name} specifies invalid or unsupported "
+                    f"gpu id {bad[0]}",
+                    f"use GPU ids 0..{max(gpu_count - 1, 0)}",
+                    (*at, "gpus"),
+                )
+            elif gpu_count == 0:
+                found.warning(
+                    f"instance group KIND_GPU requested for model {config.name} but no GPU is visible",
+                    "fine for a GPU deployment; to run here, use kind: KIND_CPU",
+                    (*at, "KIND_GPU"),
+                )
+
+
+def _check_warmup(config: ModelConfig, folder: ModelFolder, found: Findings) -> None:
+    input_names = {i.name for i in config.input}
+    for warmup in config.model_warmup:
+        at = ("model_warmup", f'"{warmup.name}"')
+        if config.max_batch_size > 0 and warmup.batch_size > config.max_batch_size:
+            found.error(
+                f"model_warmup '{warmup.name}' of model {config.name} has batch_size {warmup.batch_size} "
+                f"larger than max_batch_size {config.max_batch_size}",
+                None,
+                at,
+            )
+        for name, data in warmup.inputs.items():
+            if input_names and name not in input_names:
+                found.error(
+                    f"model_warmup '{warmup.name}' of model {config.name} names unknown input '{name}'",
+                    f"use one of {', '.join(sorted(input_names))}",
+                    at,
+                )
+            if data.WhichOneof("input_data_type") == "input_data_file":
+                path = Path(folder.path, "warmup", data.input_data_file)
+                if not path.is_file():
+                    found.error(
+                        f"model_warmup input file {path} of model {config.name} not found",
+                        "put the raw tensor bytes in the model's warmup/ folder",
+                        at,
+                    )

@@ -1,0 +1,150 @@
+"""Validate whole model repositories: each model's config and files, then the ensembles across them.
+
+A broken model never stops the others from being checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from server.config import backends
+from server.config.parse import CONFIG_FILENAME, ConfigParseError, SourceText, new_config, read_config
+from server.config.problems import ModelReport, Problem, RepositoryReport
+from server.config.validate import Findings, validate_completed, validate_raw
+from server.protocol.errors import TritonError
+from server.repository.layout import ModelFolder, scan_repository, select_versions
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+
+def validate_repositories(
+    repositories: list[Path],
+    *,
+    auto_complete: bool = True,
+    gpu_count: int = 0,
+    on_model: Callable[[str], None] | None = None,
+) -> RepositoryReport:
+    """`on_model` is called with each model's name before it is checked (for progress displays)."""
+    report = RepositoryReport(list(repositories))
+    folders: list[ModelFolder] = []
+    for repository in repositories:
+        try:
+            folders.extend(scan_repository(repository))
+        except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+            report.problems.append(
+                Problem("error", str(exc), "pass the folder that holds the model folders", repository)
+            )
+    seen: dict[str, ModelFolder] = {}
+    for folder in folders:
+        if on_model:
+            on_model(folder.name)
+        model = validate_model(folder, auto_complete=auto_complete, gpu_count=gpu_count)
+        if folder.name in seen:
+            model.problems.append(
+                Problem(
+                    "error",
+                    f"model '{folder.name}' appears in more than one repository: {seen[folder.name].path} and "
+                    f"{folder.path}; Triton marks it UNAVAILABLE",
+                    "keep one copy, or rename one of them",
+                    folder.path,
+                )
+            )
+        seen.setdefault(folder.name, folder)
+        report.models.append(model)
+    _check_ensembles(report)
+    return report
+
+
+def validate_model(folder: ModelFolder, *, auto_complete: bool = True, gpu_count: int = 0) -> ModelReport:
+    report = ModelReport(folder.name, folder.path, folder.versions)
+    found = Findings(folder.name, None, report.problems)
+    raw = _read(folder, found)
+    if raw is None:
+        return report
+    report.backend = raw.platform or raw.backend
+    validate_raw(raw, folder, found)
+    try:
+        config = _complete(raw, folder, auto_complete, gpu_count)
+    except TritonError as exc:
+        found.error(
+            exc.message, _completion_fix(exc.message), ("platform",) if "backend" in exc.message else ()
+        )
+        return report
+    report.config = config
+    report.backend = config.platform or config.backend
+    validate_completed(config, folder, found, gpu_count=gpu_count)
+    _check_model_files(config, folder, found)
+    return report
+
+
+def _read(folder: ModelFolder, found: Findings) -> ModelConfig | None:
+    path = folder.config_path
+    if not path.exists():
+        found.source = None
+        return new_config()  # Triton auto-completes a model without config.pbtxt from its files
+    try:
+        config, text = read_config(path)
+    except ConfigParseError as exc:
+        found.problems.append(Problem("error", exc.reason, exc.fix, exc.path, exc.line, exc.column))
+        return None
+    except TritonError as exc:
+        found.problems.append(Problem("error", exc.message, None, path))
+        return None
+    found.source = SourceText(path, text)
+    return config
+
+
+def _complete(raw: ModelConfig, folder: ModelFolder, auto_complete: bool, gpu_count: int) -> ModelConfig:
+    from server.config.complete import complete_config
+
+    try:
+        return complete_config(raw, folder, auto_complete=auto_complete, gpu_count=gpu_count)
+    except TritonError:
+        raise
+    except Exception as exc:  # a model file or model.py that fails in an unforeseen way must not stop the run
+        raise _as_error(folder, exc) from None
+
+
+def _as_error(folder: ModelFolder, exc: Exception) -> TritonError:
+    from server.protocol.errors import internal
+
+    return internal(f"completing the config of '{folder.name}' failed: {type(exc).__name__}: {exc}")
+
+
+def _completion_fix(message: str) -> str | None:
+    if "Could not determine backend" in message:
+        return (
+            'add platform: "onnxruntime_onnx" / "pytorch_libtorch" / "ensemble", or backend: "python", '
+            "to config.pbtxt"
+        )
+    if "does not support batching" in message:
+        return "the model's first dimension is fixed: set max_batch_size: 0 and give dims including that dimension"
+    return None
+
+
+def _check_model_files(config: ModelConfig, folder: ModelFolder, found: Findings) -> None:
+    from server.config.model_files import check_model_file
+
+    if config.platform == backends.ENSEMBLE or not config.default_model_filename:
+        return
+    for version in select_versions(config.version_policy, folder.versions):
+        model_file = folder.version_path(version) / config.default_model_filename
+        if model_file.exists():
+            check_model_file(config, model_file, found)
+
+
+def _check_ensembles(report: RepositoryReport) -> None:
+    from server.config.ensemble import check_ensemble
+
+    known = {m.name for m in report.models}
+    configs = {m.name: m.config for m in report.models}
+    for model in report.models:
+        config = model.config
+        if config is None or config.platform != backends.ENSEMBLE:
+            continue
+        path = model.path / CONFIG_FILENAME
+        source = SourceText(path, path.read_text(encoding="utf-8")) if path.exists() else None
+        check_ensemble(config, known, configs, Findings(model.name, source, model.problems))
