@@ -1,0 +1,206 @@
+"""`tcli repo validate | scaffold | index`: check and create model repositories before deployment."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tcli.errors import CliError
+
+app = typer.Typer(help="Check, create and list Triton model repositories.", no_args_is_help=True)
+
+DEFAULT_REPOSITORY = Path("model_repository")
+
+
+class ValidateFormat(enum.StrEnum):
+    table = "table"
+    json = "json"
+    github = "github"
+
+
+class OutputFormat(enum.StrEnum):
+    table = "table"
+    json = "json"
+
+
+class Kind(enum.StrEnum):
+    cpu = "cpu"
+    gpu = "gpu"
+
+
+def _repositories(repositories: list[Path] | None) -> list[Path]:
+    if repositories:
+        return repositories
+    if DEFAULT_REPOSITORY.is_dir():
+        return [DEFAULT_REPOSITORY]
+    raise CliError("no repository given and ./model_repository does not exist: pass the repository folder")
+
+
+@app.command()
+def validate(
+    repositories: Annotated[
+        list[Path] | None, typer.Argument(help="Model repository folders (default: ./model_repository).")
+    ] = None,
+    format: Annotated[
+        ValidateFormat, typer.Option("--format", "-f", help="table, json, or github (Actions annotations).")
+    ] = ValidateFormat.table,
+    strict: Annotated[bool, typer.Option(help="Fail on warnings too.")] = False,
+    disable_auto_complete_config: Annotated[
+        bool,
+        typer.Option(
+            "--disable-auto-complete-config", help="Check configs as written, as Triton does with this flag."
+        ),
+    ] = False,
+) -> None:
+    """Check every model as Triton would when loading it, plus what Triton finds only at run time.
+
+    Exit code 0 when valid, 1 when any model has an error (or a warning, with --strict).
+    """
+    from rich.console import Console
+
+    from server.repository.validation import validate_repositories
+    from tcli import render
+
+    repos = _repositories(repositories)
+    err = Console(stderr=True)
+    show_progress = format == ValidateFormat.table and err.is_terminal
+    if show_progress:
+        with err.status("checking models…") as status:
+            report = validate_repositories(
+                repos,
+                auto_complete=not disable_auto_complete_config,
+                on_model=lambda name: status.update(f"checking [bold]{name}[/]…"),
+            )
+    else:
+        report = validate_repositories(repos, auto_complete=not disable_auto_complete_config)
+    if format == ValidateFormat.json:
+        print(render.validation_json(report))
+    elif format == ValidateFormat.github:
+        text = render.github_annotations(report)
+        if text:
+            print(text)
+    else:
+        console = Console()
+        if report.models:
+            console.print(render.validation_table(report))
+        for line in render.problem_lines(report):
+            console.print(line, highlight=False, soft_wrap=True)
+        console.print(render.validation_summary(report))
+    if report.has_errors(strict=strict):
+        raise typer.Exit(1)
+
+
+@app.command()
+def scaffold(
+    model_file_or_name: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODEL_FILE",
+            help="An ONNX (.onnx) or TorchScript (.pt) file; with --backend python, the model name.",
+        ),
+    ],
+    repository: Annotated[
+        Path, typer.Option("--repository", "--repo", "-r", help="Repository to create the model in.")
+    ] = DEFAULT_REPOSITORY,
+    name: Annotated[
+        str | None, typer.Option(help="Model name (default: the file name without extension).")
+    ] = None,
+    backend: Annotated[
+        str | None, typer.Option(help="'python' writes a model.py skeleton instead of copying a file.")
+    ] = None,
+    max_batch_size: Annotated[
+        int | None, typer.Option(help="0 for no batching (default: 4 when the model can batch).")
+    ] = None,
+    dynamic_batching: Annotated[
+        bool | None,
+        typer.Option("--dynamic-batching/--no-dynamic-batching", help="Default: on when max_batch_size > 1."),
+    ] = None,
+    instance_count: Annotated[
+        int, typer.Option(min=1, help="Instances of the model to run in parallel.")
+    ] = 1,
+    kind: Annotated[Kind, typer.Option(help="Instance kind.")] = Kind.cpu,
+    input: Annotated[
+        list[str] | None,
+        typer.Option("--input", help="NAME:TYPE:DIMS, e.g. INPUT__0:FP32:3,224,224 (repeatable)."),
+    ] = None,
+    output: Annotated[list[str] | None, typer.Option("--output", help="NAME:TYPE:DIMS (repeatable).")] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite an existing config.pbtxt.")] = False,
+) -> None:
+    """Create <repository>/<name>/config.pbtxt and <name>/1/<model file> from a model file."""
+    from server.config import scaffold as sc
+    from server.protocol.errors import TritonError
+    from server.repository.layout import scan_model
+    from server.repository.validation import validate_model
+
+    try:
+        options = sc.ScaffoldOptions(
+            name=name or "",
+            max_batch_size=max_batch_size,
+            dynamic_batching=dynamic_batching,
+            instance_count=instance_count,
+            instance_kind="KIND_GPU" if kind == Kind.gpu else "KIND_CPU",
+            inputs=tuple(sc.parse_tensor_arg(s) for s in input or ()),
+            outputs=tuple(sc.parse_tensor_arg(s) for s in output or ()),
+        )
+        if backend == "python":
+            options = _named(options, name or model_file_or_name)
+            config = sc.config_for_python(options)
+            folder = sc.write_model_folder(repository, config, None, "model.py", force=force)
+        elif backend not in (None, "onnxruntime", "pytorch"):
+            raise CliError(f"--backend {backend} is not scaffolded: use python, or pass an .onnx or .pt file")
+        else:
+            model_file = Path(model_file_or_name)
+            if not model_file.is_file():
+                raise CliError(f"model file '{model_file}' not found: pass an .onnx or .pt file")
+            options = _named(options, name or model_file.stem)
+            if model_file.suffix == ".onnx" or backend == "onnxruntime":
+                config = sc.config_for_onnx(model_file, options)
+                file_name = "model.onnx"
+            elif model_file.suffix in (".pt", ".pth", ".torchscript") or backend == "pytorch":
+                config = sc.config_for_torchscript(options)
+                file_name = "model.pt"
+            else:
+                raise CliError(
+                    f"cannot tell the backend of '{model_file.name}': use .onnx or .pt, or --backend"
+                )
+            folder = sc.write_model_folder(repository, config, model_file, file_name, force=force)
+    except TritonError as exc:
+        raise CliError(exc.message) from None
+    report = validate_model(scan_model(folder, repository))
+    print(f"created {folder / 'config.pbtxt'} and {folder / '1'}/")
+    for problem in report.problems:
+        print(f"{problem.severity}: {problem.one_line()}", file=sys.stderr)
+    if report.status == "error":
+        raise typer.Exit(1)
+
+
+def _named(options: object, name: str) -> object:
+    import dataclasses
+
+    return dataclasses.replace(options, name=name)  # type: ignore[type-var]
+
+
+@app.command()
+def index(
+    repositories: Annotated[
+        list[Path] | None, typer.Argument(help="Model repository folders (default: ./model_repository).")
+    ] = None,
+    format: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.table,
+) -> None:
+    """List the models and versions in repositories, and which versions the version policy serves."""
+    import json
+
+    from rich.console import Console
+
+    from server.repository.index import index_rows
+    from tcli import render
+
+    rows = index_rows(_repositories(repositories))
+    if format == OutputFormat.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        Console().print(render.index_table(rows))

@@ -1,0 +1,44 @@
+"""The `tcli` command: one Typer app with a sub-app per command group.
+
+Start-up stays light (`tcli --help` imports no numpy, torch or grpc): command modules import their
+heavy dependencies inside the command functions.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from tcli.commands import repo
+
+app = typer.Typer(
+    name="tcli",
+    help="A Triton-compatible toolkit: check model repositories, serve them, and drive any Triton server.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+app.add_typer(repo.app, name="repo")
+
+
+def run() -> None:
+    """Console-script entry point: every failure is one line on stderr and a non-zero exit."""
+    from tcli.errors import CliError, exit_with
+
+    try:
+        app()
+    except CliError as exc:
+        exit_with(exc.message, exc.exit_code)
+    except KeyboardInterrupt:
+        exit_with("interrupted", 130)
+    except Exception as exc:  # the last line of defence: never show a traceback to a user
+        from server.protocol.errors import TritonError
+
+        if isinstance(exc, TritonError):
+            exit_with(exc.message, 1)
+        exit_with(f"{type(exc).__name__}: {exc}", 1)
+
+
+if __name__ == "__main__":
+    sys.exit(run())

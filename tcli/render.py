@@ -1,0 +1,134 @@
+"""Every table and annotation the CLI prints: domain results in, Rich renderables or text out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from server.config.problems import Problem, RepositoryReport
+
+_STATUS_STYLE = {"ok": "[green]OK[/]", "warning": "[yellow]WARN[/]", "error": "[red]ERROR[/]"}
+
+
+def _where(problem: Problem) -> str:
+    if problem.file is None:
+        return ""
+    location = _relative(problem.file)
+    if problem.line:
+        location += f":{problem.line}"
+        if problem.column:
+            location += f":{problem.column}"
+    return location
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def validation_table(report: RepositoryReport) -> Table:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="Model repository check")
+    table.add_column("model", style="bold")
+    table.add_column("versions")
+    table.add_column("backend")
+    table.add_column("status")
+    table.add_column("problems")
+    for model in report.models:
+        errors = sum(p.severity == "error" for p in model.problems)
+        warnings = len(model.problems) - errors
+        counts = [f"[red]{errors} error{'s' * (errors != 1)}[/]"] if errors else []
+        counts += [f"[yellow]{warnings} warning{'s' * (warnings != 1)}[/]"] if warnings else []
+        table.add_row(
+            escape(model.name),
+            ", ".join(str(v) for v in model.versions) or "-",
+            escape(model.backend or "?"),
+            _STATUS_STYLE[model.status],
+            ", ".join(counts) or "[dim]-[/]",
+        )
+    return table
+
+
+def problem_lines(report: RepositoryReport) -> list[str]:
+    """Each problem as Rich markup: location, message, and the fix on its own line."""
+    from rich.markup import escape
+
+    lines = []
+    for model_name, problem in [("", p) for p in report.problems] + [
+        (m.name, p) for m in report.models for p in m.problems
+    ]:
+        colour = "red" if problem.severity == "error" else "yellow"
+        where = _where(problem) or model_name
+        lines.append(f"[{colour}]{problem.severity}[/] [bold]{escape(where)}[/]: {escape(problem.message)}")
+        if problem.fix:
+            lines.append(f"    [cyan]fix:[/] {escape(problem.fix)}")
+    return lines
+
+
+def validation_summary(report: RepositoryReport) -> str:
+    problems = report.all_problems()
+    errors = sum(p.severity == "error" for p in problems)
+    warnings = len(problems) - errors
+    broken = sum(m.status == "error" for m in report.models)
+    verdict = "[red]invalid[/]" if errors else "[green]valid[/]"
+    return (
+        f"{verdict}: {len(report.models)} models, {broken} with errors; {errors} errors, {warnings} warnings"
+    )
+
+
+def validation_json(report: RepositoryReport) -> str:
+    return json.dumps(report.as_dict(), indent=2)
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotations(report: RepositoryReport) -> str:
+    """GitHub Actions workflow commands: one ::error/::warning per problem at its file and line."""
+    out = []
+    for model_name, problem in [("", p) for p in report.problems] + [
+        (m.name, p) for m in report.models for p in m.problems
+    ]:
+        properties = []
+        if problem.file is not None:
+            properties.append(f"file={_escape_property(_relative(problem.file))}")
+        if problem.line:
+            properties.append(f"line={problem.line}")
+        if problem.column:
+            properties.append(f"col={problem.column}")
+        title = f"tcli repo validate: {model_name}" if model_name else "tcli repo validate"
+        properties.append(f"title={_escape_property(title)}")
+        out.append(f"::{problem.severity} {','.join(properties)}::{_escape_data(problem.one_line())}")
+    return "\n".join(out)
+
+
+def index_table(rows: list[dict[str, Any]]) -> Table:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="Model repository index")
+    for column in ("model", "versions", "served", "backend", "config", "repository"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            escape(row["name"]),
+            ", ".join(row["versions"]) or "-",
+            ", ".join(row["served"]) or "-",
+            escape(row["backend"] or "?"),
+            row["config"],
+            escape(row["repository"]),
+        )
+    return table
