@@ -28,6 +28,10 @@ def _end(who: str, config: ModelConfig, tensor: object) -> TensorEnd:
     return TensorEnd(who, enum_name(tensor, "data_type"), batch + tuple(tensor.dims))  # type: ignore[attr-defined]
 
 
+def _fmt(shape: tuple[int, ...]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
 def _compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b, strict=True))
 
@@ -165,12 +169,19 @@ def _check_flow(
         for _, consumer in uses:
             if consumer is None or not producer.data_type:
                 continue
-            if producer.data_type != consumer.data_type or not _compatible(producer.shape, consumer.shape):
+            if producer.data_type != consumer.data_type:
                 found.error(
-                    f"in ensemble '{e}', tensor '{tensor}' is {producer.data_type} {list(producer.shape)} from "
-                    f"{producer.who} but {consumer.who} expects {consumer.data_type} {list(consumer.shape)}",
-                    "make the data types and dims agree on both sides of the map (the batch dimension "
-                    "comes from max_batch_size, not dims)",
+                    f"in ensemble {e}, ensemble tensor {tensor}: inconsistent data type: {producer.data_type} "
+                    f"is inferred from {producer.who} while {consumer.data_type} is inferred from {consumer.who}",
+                    "make the data types agree on both sides of the map",
+                    (f'"{tensor}"',),
+                )
+            elif not _compatible(producer.shape, consumer.shape):
+                found.error(
+                    f"in ensemble {e}, ensemble tensor {tensor}: inconsistent shape: {_fmt(producer.shape)} "
+                    f"is inferred from {producer.who} while {_fmt(consumer.shape)} is inferred from {consumer.who}",
+                    "make the dims agree on both sides of the map (the batch dimension comes from "
+                    "max_batch_size, not from dims)",
                     (f'"{tensor}"',),
                 )
     for tensor, (index, _producer) in producers.items():
@@ -178,14 +189,14 @@ def _check_flow(
             continue
         if index < 0:
             found.error(
-                f"ensemble tensor '{tensor}' is unused in ensemble '{e}'",
+                f"ensemble input '{tensor}' for ensemble '{e}' is not used",
                 "map the ensemble input into a step's input_map, or remove it",
                 (f'"{tensor}"',),
             )
         else:
-            found.warning(
-                f"ensemble tensor '{tensor}' produced by step {index} of ensemble '{e}' is never used",
-                "remove it from output_map or use it",
+            found.error(
+                f"ensemble tensor '{tensor}' is unused in ensemble '{e}'",
+                f"step {index} produces it but nothing reads it: remove it from output_map, or use it",
                 (f'"{tensor}"',),
             )
 

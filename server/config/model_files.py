@@ -6,6 +6,7 @@ reverse) is the most common Triton question, so its message says in plain words 
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 from server.config.validate import Findings, enum_name
@@ -145,7 +146,9 @@ def _check_torchscript(config: ModelConfig, model_file: Path, found: Findings) -
         )
         return
     try:
-        module = torch.jit.load(str(model_file), map_location="cpu")
+        with warnings.catch_warnings():  # torch 2.9+ marks TorchScript deprecated; Triton still serves it
+            warnings.simplefilter("ignore", DeprecationWarning)
+            module = torch.jit.load(str(model_file), map_location="cpu")
     except Exception as exc:  # torch raises RuntimeError or its own types for unreadable archives
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         found.error(

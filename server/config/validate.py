@@ -157,27 +157,28 @@ def _check_versions(config: ModelConfig, folder: ModelFolder, found: Findings) -
             "not starting with 0",
             f"rename it to a number such as {name.lstrip('0vV') or '1'} if it holds a version",
         )
+    policy = config.version_policy
+    unavailable = f"at least one version must be available under the version policy of model '{m}'"
     if not folder.versions:
         found.error(
-            f"failed to load '{m}', no version is available",
-            f"put the model file in a numbered folder: {folder.path}/1/"
+            unavailable,
+            f"put the model in a numbered version folder: {folder.path}/1/"
             f"{config.default_model_filename or 'model.<ext>'}",
         )
         return
-    policy = config.version_policy
     if policy.WhichOneof("policy_choice") == "specific":
-        missing = [v for v in policy.specific.versions if v not in folder.versions]
-        for version in missing:
-            found.error(
-                f"version {version} of model '{m}' is listed in version_policy but has no folder",
-                f"create {folder.path}/{version}/ or remove {version} from version_policy specific",
-                ("version_policy", str(version)),
-            )
-    if policy.WhichOneof("policy_choice") == "latest" and policy.latest.num_versions == 0:
+        for version in policy.specific.versions:
+            if version not in folder.versions:
+                found.error(
+                    f"version {version} is specified for model '{m}', but the version directory is not present",
+                    f"create {folder.path}/{version}/ or remove {version} from version_policy specific",
+                    ("version_policy", str(version)),
+                )
+    if not select_versions(policy, folder.versions):
         found.error(
-            f"version_policy latest of model '{m}' serves no version (num_versions: 0)",
-            "set num_versions: 1 or more",
-            ("num_versions",),
+            unavailable,
+            "serve at least one version: latest { num_versions: 1 } or a version folder that exists",
+            ("version_policy",),
         )
     if config.platform == backends.ENSEMBLE or not config.default_model_filename:
         return
@@ -282,8 +283,7 @@ def _check_labels(config: ModelConfig, folder: ModelFolder, found: Findings) -> 
         path = folder.path / output.label_filename
         if not path.is_file():
             found.error(
-                f"label file '{output.label_filename}' of output '{output.name}' of model '{config.name}' "
-                "not found",
+                f"failed to open text file for read {path}: No such file or directory",
                 f"create {path} with one label per line, or fix label_filename",
                 at,
             )

@@ -55,7 +55,7 @@ def _int64_to_numbers(value: Any, descriptor: Any) -> Any:
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
             value_field = field.message_type.fields_by_name["value"]
             out[key] = {k: _convert_scalar_or_message(v, value_field, int64_types) for k, v in item.items()}
-        elif field.label == FieldDescriptor.LABEL_REPEATED:
+        elif field.is_repeated:
             out[key] = [_convert_scalar_or_message(v, field, int64_types) for v in item]
         else:
             out[key] = _convert_scalar_or_message(item, field, int64_types)
