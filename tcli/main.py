@@ -6,8 +6,6 @@ heavy dependencies inside the command functions.
 
 from __future__ import annotations
 
-import sys
-
 import typer
 
 from tcli.commands import repo
@@ -41,4 +39,4 @@ def run() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run())
+    run()

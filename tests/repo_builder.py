@@ -6,7 +6,7 @@ import textwrap
 from pathlib import Path
 
 PYTHON_ADD_SUB = textwrap.dedent(
-    '''
+    """
     import json
 
     import numpy as np
@@ -28,7 +28,7 @@ PYTHON_ADD_SUB = textwrap.dedent(
                     )
                 )
             return responses
-    '''
+    """
 )
 
 ADD_SUB_CONFIG = """

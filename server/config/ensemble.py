@@ -24,8 +24,9 @@ class TensorEnd:
 
 
 def _end(who: str, config: ModelConfig, tensor: object) -> TensorEnd:
-    batch = (-1,) if config.max_batch_size > 0 else ()
-    return TensorEnd(who, enum_name(tensor, "data_type"), batch + tuple(tensor.dims))  # type: ignore[attr-defined]
+    batch: tuple[int, ...] = (-1,) if config.max_batch_size > 0 else ()
+    dims: tuple[int, ...] = tuple(tensor.dims)  # type: ignore[attr-defined]
+    return TensorEnd(who, enum_name(tensor, "data_type"), batch + dims)
 
 
 def _fmt(shape: tuple[int, ...]) -> str:

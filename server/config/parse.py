@@ -6,7 +6,7 @@ import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from server.protocol.errors import ErrorCode, TritonError
 
@@ -29,7 +29,7 @@ class ConfigParseError(TritonError):
         self.fix = fix
 
 
-def model_config_pb2():  # type: ignore[no-untyped-def]
+def model_config_pb2() -> Any:
     """The generated ModelConfig module from tritonclient: our one source of truth for the schema."""
     from tritonclient.grpc import model_config_pb2 as module
 

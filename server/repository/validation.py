@@ -75,7 +75,11 @@ def validate_model(folder: ModelFolder, *, auto_complete: bool = True, gpu_count
         return report
     report.config = config
     report.backend = config.platform or config.backend
-    if raw.max_batch_size != config.max_batch_size and found.source and found.source.line_of("max_batch_size"):
+    if (
+        raw.max_batch_size != config.max_batch_size
+        and found.source
+        and found.source.line_of("max_batch_size")
+    ):
         found.warning(
             f"max_batch_size {raw.max_batch_size} of model '{config.name}' was auto-completed to "
             f"{config.max_batch_size}, because every input and output of the model has a dynamic first "

@@ -5,11 +5,14 @@ from __future__ import annotations
 import enum
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tcli.errors import CliError
+
+if TYPE_CHECKING:
+    from server.config.scaffold import ScaffoldOptions
 
 app = typer.Typer(help="Check, create and list Triton model repositories.", no_args_is_help=True)
 
@@ -178,10 +181,10 @@ def scaffold(
         raise typer.Exit(1)
 
 
-def _named(options: object, name: str) -> object:
+def _named(options: ScaffoldOptions, name: str) -> ScaffoldOptions:
     import dataclasses
 
-    return dataclasses.replace(options, name=name)  # type: ignore[type-var]
+    return dataclasses.replace(options, name=name)
 
 
 @app.command()

@@ -19,7 +19,9 @@ def run_tcli(*args: str, cwd: Path | None = None, check: bool = False) -> subpro
         [*command, *args], cwd=cwd or ROOT, env=env, capture_output=True, text=True, timeout=120
     )
     if check and result.returncode != 0:
-        raise AssertionError(f"tcli {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        raise AssertionError(
+            f"tcli {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+        )
     return result
 
 

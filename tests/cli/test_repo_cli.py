@@ -21,7 +21,13 @@ def test_bundled_repository_is_valid(tcli) -> None:  # type: ignore[no-untyped-d
 
 def test_broken_repository_fails_with_table_json_and_github_formats(tmp_path: Path, tcli) -> None:  # type: ignore[no-untyped-def]
     add_python_add_sub(tmp_path, "good")
-    add_python_add_sub(tmp_path, "bad", config=ADD_SUB_CONFIG.replace("dims: [ 4 ] },\n  { name: \"INPUT1\"", "dims: [ 0 ] },\n  { name: \"INPUT1\""))
+    add_python_add_sub(
+        tmp_path,
+        "bad",
+        config=ADD_SUB_CONFIG.replace(
+            'dims: [ 4 ] },\n  { name: "INPUT1"', 'dims: [ 0 ] },\n  { name: "INPUT1"'
+        ),
+    )
 
     table = tcli("repo", "validate", str(tmp_path))
     assert table.returncode == 1
@@ -62,7 +68,9 @@ def test_missing_repository_is_one_line_without_traceback(tmp_path: Path, tcli) 
 def test_scaffold_onnx_creates_a_valid_model(tmp_path: Path, tcli) -> None:  # type: ignore[no-untyped-def]
     model = write_onnx_add_sub(tmp_path / "addsub.onnx")
     repo = tmp_path / "repo"
-    result = tcli("repo", "scaffold", str(model), "--repo", str(repo), "--max-batch-size", "8", "--instance-count", "2")
+    result = tcli(
+        "repo", "scaffold", str(model), "--repo", str(repo), "--max-batch-size", "8", "--instance-count", "2"
+    )
     assert result.returncode == 0, result.stderr
     config = (repo / "addsub" / "config.pbtxt").read_text()
     assert 'platform: "onnxruntime_onnx"' in config
@@ -90,11 +98,34 @@ def test_scaffold_torchscript_needs_tensor_specs(tmp_path: Path, tcli) -> None: 
     repo = tmp_path / "repo"
     missing = tcli("repo", "scaffold", str(model), "--repo", str(repo), "--name", "digits")
     assert missing.returncode == 1 and "--input INPUT__0:FP32" in missing.stderr
-    bad = tcli("repo", "scaffold", str(model), "--repo", str(repo), "--name", "digits", "--input", "INPUT__0:FLOAT:1,8,8", "--output", "OUTPUT__0:FP32:10")
+    bad = tcli(
+        "repo",
+        "scaffold",
+        str(model),
+        "--repo",
+        str(repo),
+        "--name",
+        "digits",
+        "--input",
+        "INPUT__0:FLOAT:1,8,8",
+        "--output",
+        "OUTPUT__0:FP32:10",
+    )
     assert bad.returncode == 1 and "unknown data type 'FLOAT'" in bad.stderr
     good = tcli(
-        "repo", "scaffold", str(model), "--repo", str(repo), "--name", "digits",
-        "--input", "INPUT__0:FP32:1,8,8", "--output", "OUTPUT__0:FP32:10", "--max-batch-size", "16",
+        "repo",
+        "scaffold",
+        str(model),
+        "--repo",
+        str(repo),
+        "--name",
+        "digits",
+        "--input",
+        "INPUT__0:FP32:1,8,8",
+        "--output",
+        "OUTPUT__0:FP32:10",
+        "--max-batch-size",
+        "16",
     )
     assert good.returncode == 0, good.stderr
     assert 'platform: "pytorch_libtorch"' in (repo / "digits" / "config.pbtxt").read_text()
@@ -102,16 +133,28 @@ def test_scaffold_torchscript_needs_tensor_specs(tmp_path: Path, tcli) -> None: 
 
 def test_scaffold_python_writes_a_model_that_runs(tmp_path: Path, tcli) -> None:  # type: ignore[no-untyped-def]
     repo = tmp_path / "repo"
-    result = tcli("repo", "scaffold", "--backend", "python", "echo", "--repo", str(repo), "--input", "IN:FP32:-1", "--output", "OUT:FP32:-1")
+    result = tcli(
+        "repo",
+        "scaffold",
+        "--backend",
+        "python",
+        "echo",
+        "--repo",
+        str(repo),
+        "--input",
+        "IN:FP32:-1",
+        "--output",
+        "OUT:FP32:-1",
+    )
     assert result.returncode == 0, result.stderr
     assert tcli("repo", "validate", str(repo)).returncode == 0
     # the skeleton runs: execute it against our triton_python_backend_utils
     script = f"""
 import json, sys, numpy as np
-sys.path.insert(0, {str(ROOT / 'server' / 'backends' / 'python')!r})
+sys.path.insert(0, {str(ROOT / "server" / "backends" / "python")!r})
 import triton_python_backend_utils as pb_utils
 import importlib.util
-spec = importlib.util.spec_from_file_location('m', {str(repo / 'echo' / '1' / 'model.py')!r})
+spec = importlib.util.spec_from_file_location('m', {str(repo / "echo" / "1" / "model.py")!r})
 module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
 config = {{"max_batch_size": 4, "input": [{{"name": "IN", "data_type": "TYPE_FP32", "dims": [-1]}}],
           "output": [{{"name": "OUT", "data_type": "TYPE_FP32", "dims": [-1]}}]}}

@@ -15,7 +15,12 @@ STEP = """{{ model_name: "{model}" model_version: -1
       output_map {{ key: "OUTPUT0" value: "{sum}" }} output_map {{ key: "OUTPUT1" value: "{diff}" }} }}"""
 
 
-def ensemble(steps: list[str], inputs: str = "A:TYPE_INT32:16,B:TYPE_INT32:16", outputs: str = "SUM:TYPE_INT32:16,DIFF:TYPE_INT32:16", max_batch: int = 8) -> str:
+def ensemble(
+    steps: list[str],
+    inputs: str = "A:TYPE_INT32:16,B:TYPE_INT32:16",
+    outputs: str = "SUM:TYPE_INT32:16,DIFF:TYPE_INT32:16",
+    max_batch: int = 8,
+) -> str:
     def tensors(spec: str) -> str:
         items = []
         for item in spec.split(","):
@@ -49,14 +54,46 @@ def test_two_step_ensemble_is_valid(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("steps", "kwargs", "expected"),
     [
-        ([STEP.format(model="missing", a="A", b="B", sum="SUM", diff="DIFF")], {}, "uses model 'missing', which is not in the repository"),
-        ([STEP.format(model="simple", a="A", b="X", sum="SUM", diff="DIFF")], {}, "ensemble tensor 'X' (a step input) of ensemble 'ens' is not produced"),
-        ([STEP.format(model="simple", a="A", b="B", sum="SUM", diff="D")], {}, "ensemble tensor 'DIFF' (an ensemble output) of ensemble 'ens' is not produced"),
-        ([STEP.format(model="simple", a="A", b="A", sum="SUM", diff="DIFF")], {}, "ensemble input 'B' for ensemble 'ens' is not used"),
-        ([STEP.format(model="simple", a="A", b="B", sum="SUM", diff="SUM")], {}, "can appear in an output map only once"),
-        ([STEP.format(model="simple", a="A", b="B", sum="SUM", diff="DIFF")], {"inputs": "A:TYPE_FP32:16,B:TYPE_INT32:16"}, "ensemble tensor A: inconsistent data type: TYPE_FP32 is inferred from ensemble input 'A' while TYPE_INT32 is inferred from input 'INPUT0' of model 'simple'"),
-        ([STEP.format(model="simple", a="A", b="B", sum="SUM", diff="DIFF")], {"inputs": "A:TYPE_INT32:8,B:TYPE_INT32:16"}, "ensemble tensor A: inconsistent shape: [-1,8]"),
-        ([STEP.format(model="simple", a="A", b="B", sum="SUM", diff="DIFF")], {"max_batch": 16}, "ensemble 'ens' allows maximum batch size 16, but it contains model 'simple' which only allows maximum batch size to be 8"),
+        (
+            [STEP.format(model="missing", a="A", b="B", sum="SUM", diff="DIFF")],
+            {},
+            "uses model 'missing', which is not in the repository",
+        ),
+        (
+            [STEP.format(model="simple", a="A", b="X", sum="SUM", diff="DIFF")],
+            {},
+            "ensemble tensor 'X' (a step input) of ensemble 'ens' is not produced",
+        ),
+        (
+            [STEP.format(model="simple", a="A", b="B", sum="SUM", diff="D")],
+            {},
+            "ensemble tensor 'DIFF' (an ensemble output) of ensemble 'ens' is not produced",
+        ),
+        (
+            [STEP.format(model="simple", a="A", b="A", sum="SUM", diff="DIFF")],
+            {},
+            "ensemble input 'B' for ensemble 'ens' is not used",
+        ),
+        (
+            [STEP.format(model="simple", a="A", b="B", sum="SUM", diff="SUM")],
+            {},
+            "can appear in an output map only once",
+        ),
+        (
+            [STEP.format(model="simple", a="A", b="B", sum="SUM", diff="DIFF")],
+            {"inputs": "A:TYPE_FP32:16,B:TYPE_INT32:16"},
+            "ensemble tensor A: inconsistent data type: TYPE_FP32 is inferred from ensemble input 'A' while TYPE_INT32 is inferred from input 'INPUT0' of model 'simple'",
+        ),
+        (
+            [STEP.format(model="simple", a="A", b="B", sum="SUM", diff="DIFF")],
+            {"inputs": "A:TYPE_INT32:8,B:TYPE_INT32:16"},
+            "ensemble tensor A: inconsistent shape: [-1,8]",
+        ),
+        (
+            [STEP.format(model="simple", a="A", b="B", sum="SUM", diff="DIFF")],
+            {"max_batch": 16},
+            "ensemble 'ens' allows maximum batch size 16, but it contains model 'simple' which only allows maximum batch size to be 8",
+        ),
     ],
 )
 def test_ensemble_rules(tmp_path: Path, steps: list[str], kwargs: dict[str, object], expected: str) -> None:
@@ -70,13 +107,21 @@ def test_cycle_between_steps_is_reported(tmp_path: Path) -> None:
         STEP.format(model="simple", a="X", b="B", sum="Y", diff="DIFF"),
     ]
     found = ensemble_errors(tmp_path, ensemble(steps))
-    assert any("has a cycle: step 0 (simple) -> step 1 (simple) -> step 0 (simple)" in e or "has a cycle: step 1 (simple) -> step 0 (simple) -> step 1 (simple)" in e for e in found), found
+    assert any(
+        "has a cycle: step 0 (simple) -> step 1 (simple) -> step 0 (simple)" in e
+        or "has a cycle: step 1 (simple) -> step 0 (simple) -> step 1 (simple)" in e
+        for e in found
+    ), found
 
 
 def test_step_key_must_be_an_input_of_the_composing_model(tmp_path: Path) -> None:
-    step = STEP.format(model="simple", a="A", b="B", sum="SUM", diff="DIFF").replace('key: "INPUT1"', 'key: "IN1"')
+    step = STEP.format(model="simple", a="A", b="B", sum="SUM", diff="DIFF").replace(
+        'key: "INPUT1"', 'key: "IN1"'
+    )
     found = ensemble_errors(tmp_path, ensemble([step]))
-    assert any("maps 'IN1', which is not an input of model 'simple' (inputs: INPUT0, INPUT1)" in e for e in found)
+    assert any(
+        "maps 'IN1', which is not an input of model 'simple' (inputs: INPUT0, INPUT1)" in e for e in found
+    )
     assert any("does not map input 'INPUT1' of model 'simple'" in e for e in found)
 
 
@@ -88,6 +133,11 @@ def test_instance_group_and_missing_steps_in_ensemble(tmp_path: Path) -> None:
 
 
 def test_ensemble_scheduling_on_a_non_ensemble_platform(tmp_path: Path) -> None:
-    add_onnx_simple(tmp_path, config='platform: "onnxruntime_onnx"\nmax_batch_size: 8\nensemble_scheduling { }\n')
+    add_onnx_simple(
+        tmp_path, config='platform: "onnxruntime_onnx"\nmax_batch_size: 8\nensemble_scheduling { }\n'
+    )
     report = validate_repositories([tmp_path])
-    assert any("ensemble scheduling cannot be set for model 'simple' whose platform is not ensemble" in p.message for p in report.all_problems())
+    assert any(
+        "ensemble scheduling cannot be set for model 'simple' whose platform is not ensemble" in p.message
+        for p in report.all_problems()
+    )

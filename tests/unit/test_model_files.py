@@ -23,7 +23,8 @@ def test_dims_that_include_the_batch_dimension_are_explained(tmp_path: Path) -> 
     found = errors(tmp_path)
     assert found, "a batch dimension written into dims must be reported"
     assert any(
-        "the model expects 2 dimensions (shape [-1,16]) but the model configuration specifies 3 dimensions" in e
+        "the model expects 2 dimensions (shape [-1,16]) but the model configuration specifies 3 dimensions"
+        in e
         and "dims exclude the batch dimension when max_batch_size > 0" in e
         and "use dims [16], not [-1,16]" in e
         for e in found
@@ -39,13 +40,17 @@ def test_batching_model_with_max_batch_size_zero_is_explained(tmp_path: Path) ->
     # with auto-complete off, as with Triton's --disable-auto-complete-config, it is a shape error
     report = validate_repositories([tmp_path], auto_complete=False)
     found = [p.one_line() for p in report.models[0].problems]
-    assert any("set max_batch_size > 0" in e and "dims exclude the batch dimension" in e for e in found), found
+    assert any("set max_batch_size > 0" in e and "dims exclude the batch dimension" in e for e in found), (
+        found
+    )
 
 
 def test_fixed_first_dimension_cannot_batch(tmp_path: Path) -> None:
     add_onnx_simple(tmp_path, batch=False)
     found = errors(tmp_path)
-    assert any("model does not support batching while non-zero max_batch_size is specified" in e for e in found)
+    assert any(
+        "model does not support batching while non-zero max_batch_size is specified" in e for e in found
+    )
 
 
 def test_wrong_input_name_lists_the_allowed_ones(tmp_path: Path) -> None:
@@ -58,13 +63,22 @@ def test_wrong_input_name_lists_the_allowed_ones(tmp_path: Path) -> None:
 def test_wrong_data_type(tmp_path: Path) -> None:
     add_onnx_simple(tmp_path, config=ONNX_CONFIG.replace("TYPE_INT32", "TYPE_FP32", 1))
     assert any(
-        "unexpected datatype TYPE_FP32 for inference input 'INPUT0', expecting TYPE_INT32" in e for e in errors(tmp_path)
+        "unexpected datatype TYPE_FP32 for inference input 'INPUT0', expecting TYPE_INT32" in e
+        for e in errors(tmp_path)
     )
 
 
 def test_wrong_fixed_dimension(tmp_path: Path) -> None:
-    add_onnx_simple(tmp_path, config=ONNX_CONFIG.replace("dims: [ 16 ] },\n  { name: \"INPUT1\"", "dims: [ 8 ] },\n  { name: \"INPUT1\""))
-    assert any("tensor 'INPUT0': the model expects shape [-1,16]" in e and "use dims [16]" in e for e in errors(tmp_path))
+    add_onnx_simple(
+        tmp_path,
+        config=ONNX_CONFIG.replace(
+            'dims: [ 16 ] },\n  { name: "INPUT1"', 'dims: [ 8 ] },\n  { name: "INPUT1"'
+        ),
+    )
+    assert any(
+        "tensor 'INPUT0': the model expects shape [-1,16]" in e and "use dims [16]" in e
+        for e in errors(tmp_path)
+    )
 
 
 def test_unreadable_onnx_file_is_one_error(tmp_path: Path) -> None:
@@ -91,8 +105,16 @@ def test_onnx_without_config_is_auto_completed_like_triton(tmp_path: Path) -> No
         ("INPUT1", "TYPE_INT32", [16]),
     ]
     assert config["instance_group"] == [
-        {"name": "auto", "kind": "KIND_CPU", "count": 2, "gpus": [], "secondary_devices": [], "profile": [],
-         "passive": False, "host_policy": ""}
+        {
+            "name": "auto",
+            "kind": "KIND_CPU",
+            "count": 2,
+            "gpus": [],
+            "secondary_devices": [],
+            "profile": [],
+            "passive": False,
+            "host_policy": "",
+        }
     ]
     assert config["default_model_filename"] == "model.onnx"
     assert config["version_policy"] == {"latest": {"num_versions": 1}}
@@ -127,10 +149,15 @@ def test_torchscript_input_count_must_match_forward(tmp_path: Path) -> None:
     (folder / "1").mkdir()
     torch.jit.save(torch.jit.script(_AddSub()), str(folder / "1" / "model.pt"))
     found = errors(tmp_path, "ts")
-    assert any("configuration expects 1 inputs, model provides 2" in e and "forward() takes (a, b)" in e for e in found)
+    assert any(
+        "configuration expects 1 inputs, model provides 2" in e and "forward() takes (a, b)" in e
+        for e in found
+    )
     (folder / "config.pbtxt").write_text(
-        TORCH_CONFIG.replace('input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]',
-                             'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT__1" data_type: TYPE_FP32 dims: [ 4 ] } ]')
+        TORCH_CONFIG.replace(
+            'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]',
+            'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT__1" data_type: TYPE_FP32 dims: [ 4 ] } ]',
+        )
     )
     assert errors(tmp_path, "ts") == []
 

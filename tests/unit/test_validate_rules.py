@@ -52,7 +52,9 @@ def test_parse_error_names_file_line_and_column_and_suggests_the_field(tmp_path:
 
 
 def test_unknown_data_type_is_a_parse_error_listing_known_types(tmp_path: Path) -> None:
-    config = ADD_SUB_CONFIG.replace("TYPE_FP32 dims: [ 4 ] },\n  { name: \"INPUT1\"", "TYPE_FP33 dims: [ 4 ] },\n  { name: \"INPUT1\"")
+    config = ADD_SUB_CONFIG.replace(
+        'TYPE_FP32 dims: [ 4 ] },\n  { name: "INPUT1"', 'TYPE_FP33 dims: [ 4 ] },\n  { name: "INPUT1"'
+    )
     add_python_add_sub(tmp_path, config=config)
     (problem,) = check(tmp_path).models[0].problems
     assert "TYPE_FP33" in problem.message
@@ -64,7 +66,10 @@ def test_name_must_match_folder(tmp_path: Path) -> None:
     add_python_add_sub(tmp_path, config='name: "other"\n' + ADD_SUB_CONFIG)
     report = check(tmp_path)
     message = only_error(report, "add_sub")
-    assert "unexpected directory name 'add_sub' for model 'other', directory name must equal model name" in message
+    assert (
+        "unexpected directory name 'add_sub' for model 'other', directory name must equal model name"
+        in message
+    )
     assert report.models[0].problems[0].line == 1
 
 
@@ -72,7 +77,10 @@ def test_name_must_match_folder(tmp_path: Path) -> None:
     ("config", "expected"),
     [
         ('platform: "onnx"\n', "unknown platform 'onnx'"),
-        ('platform: "onnxruntime_onnx"\nbackend: "pytorch"\n', "platform 'onnxruntime_onnx' is served by backend 'onnxruntime'"),
+        (
+            'platform: "onnxruntime_onnx"\nbackend: "pytorch"\n',
+            "platform 'onnxruntime_onnx' is served by backend 'onnxruntime'",
+        ),
         ('backend: "pythn"\n', "unable to find backend library for backend 'pythn'"),
     ],
 )
@@ -96,13 +104,41 @@ def test_negative_max_batch_size(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        ('{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }', '{ name: "INPUT1" data_type: TYPE_FP32 }', "model input 'INPUT1' must specify 'dims'"),
-        ('{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }', '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 0 ] }', "model input 'INPUT1' dimension must be integer >= 1, or -1"),
-        ('{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }', '{ name: "INPUT1" dims: [ 4 ] }', "model input 'INPUT1' must specify 'data_type'"),
-        ('{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] }', '{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [ -2 ] }', "model output 'OUTPUT1' dimension must be integer >= 1"),
-        ('{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }', '{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }', "model input 'INPUT0' is specified 2 times"),
-        ('{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }', '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ 2, 3 ] } }', "model input 'INPUT1' has different size for dims and reshape"),
-        ('{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }', '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ -1, 4 ] } }', "different number of variable-size dimensions"),
+        (
+            '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }',
+            '{ name: "INPUT1" data_type: TYPE_FP32 }',
+            "model input 'INPUT1' must specify 'dims'",
+        ),
+        (
+            '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }',
+            '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 0 ] }',
+            "model input 'INPUT1' dimension must be integer >= 1, or -1",
+        ),
+        (
+            '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }',
+            '{ name: "INPUT1" dims: [ 4 ] }',
+            "model input 'INPUT1' must specify 'data_type'",
+        ),
+        (
+            '{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] }',
+            '{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [ -2 ] }',
+            "model output 'OUTPUT1' dimension must be integer >= 1",
+        ),
+        (
+            '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }',
+            '{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }',
+            "model input 'INPUT0' is specified 2 times",
+        ),
+        (
+            '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }',
+            '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ 2, 3 ] } }',
+            "model input 'INPUT1' has different size for dims and reshape",
+        ),
+        (
+            '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }',
+            '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ -1, 4 ] } }',
+            "different number of variable-size dimensions",
+        ),
     ],
 )
 def test_tensor_rules(tmp_path: Path, old: str, new: str, expected: str) -> None:
@@ -113,7 +149,10 @@ def test_tensor_rules(tmp_path: Path, old: str, new: str, expected: str) -> None
 
 
 def test_problem_points_at_the_tensor_line(tmp_path: Path) -> None:
-    config = ADD_SUB_CONFIG.replace('{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }', '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 0 ] }')
+    config = ADD_SUB_CONFIG.replace(
+        '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }',
+        '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 0 ] }',
+    )
     add_python_add_sub(tmp_path, config=config)
     (problem,) = check(tmp_path).models[0].problems
     assert problem.line == 6  # the INPUT1 line
@@ -122,7 +161,10 @@ def test_problem_points_at_the_tensor_line(tmp_path: Path) -> None:
 def test_versions_must_be_numeric_and_present(tmp_path: Path) -> None:
     add_model(tmp_path, "noversion", ADD_SUB_CONFIG, {"v1/model.py": ""})
     report = check(tmp_path)
-    assert "at least one version must be available under the version policy of model 'noversion'" in only_error(report, "noversion")
+    assert (
+        "at least one version must be available under the version policy of model 'noversion'"
+        in only_error(report, "noversion")
+    )
     warnings = problems_of(report, "noversion", "warning")
     assert any("folder 'v1'" in w and "positive integers" in w for w in warnings)
 
@@ -138,22 +180,35 @@ def test_specific_version_policy_names_missing_folder(tmp_path: Path) -> None:
     config = ADD_SUB_CONFIG + "version_policy: { specific: { versions: [ 3 ] } }\n"
     add_python_add_sub(tmp_path, config=config)
     errors = problems_of(check(tmp_path), "add_sub")
-    assert any("version 3 is specified for model 'add_sub', but the version directory is not present" in e for e in errors)
+    assert any(
+        "version 3 is specified for model 'add_sub', but the version directory is not present" in e
+        for e in errors
+    )
     assert any("at least one version must be available" in e for e in errors)
 
 
 def test_default_model_file_must_exist_in_each_served_version(tmp_path: Path) -> None:
-    add_model(tmp_path, "m", ONNX_CONFIG + 'version_policy: { all { } }\n', {"1/model.onnx": b"", "2/other.onnx": b""})
+    add_model(
+        tmp_path,
+        "m",
+        ONNX_CONFIG + "version_policy: { all { } }\n",
+        {"1/model.onnx": b"", "2/other.onnx": b""},
+    )
     errors = problems_of(check(tmp_path), "m")
     assert any("unable to find 'model.onnx' for model 'm' version 2" in e for e in errors)
 
 
 def test_label_file_missing_and_wrong_length(tmp_path: Path) -> None:
-    config = ADD_SUB_CONFIG.replace('{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }', '{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "labels.txt" }')
+    config = ADD_SUB_CONFIG.replace(
+        '{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }',
+        '{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "labels.txt" }',
+    )
     add_python_add_sub(tmp_path, config=config)
     assert "failed to open text file for read" in only_error(check(tmp_path), "add_sub")
     (tmp_path / "add_sub" / "labels.txt").write_text("a\nb\nc\n")
-    assert "has 3 labels but output 'OUTPUT0' of model 'add_sub' has 4 classes" in only_error(check(tmp_path), "add_sub")
+    assert "has 3 labels but output 'OUTPUT0' of model 'add_sub' has 4 classes" in only_error(
+        check(tmp_path), "add_sub"
+    )
     (tmp_path / "add_sub" / "labels.txt").write_text("a\nb\nc\nd\n")
     assert check(tmp_path).models[0].status == "ok"
 
@@ -161,11 +216,26 @@ def test_label_file_missing_and_wrong_length(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("batching", "expected"),
     [
-        ("dynamic_batching { preferred_batch_size: [ 16 ] }", "dynamic batching preferred size must be <= max batch size for add_sub"),
-        ("dynamic_batching { preferred_batch_size: [ 0 ] }", "dynamic batching preferred size must be positive"),
-        ("dynamic_batching { priority_levels: 2 default_priority_level: 3 }", "default priority level must be in range [1, 2]"),
-        ("dynamic_batching { priority_levels: 2 default_priority_level: 1 preserve_ordering: true }", "Only one priority level is allowed when 'preserve_ordering' is true"),
-        ("dynamic_batching { preserve_ordering: true default_queue_policy { timeout_action: DELAY } }", "Queue policy can not have DELAY as timeout action"),
+        (
+            "dynamic_batching { preferred_batch_size: [ 16 ] }",
+            "dynamic batching preferred size must be <= max batch size for add_sub",
+        ),
+        (
+            "dynamic_batching { preferred_batch_size: [ 0 ] }",
+            "dynamic batching preferred size must be positive",
+        ),
+        (
+            "dynamic_batching { priority_levels: 2 default_priority_level: 3 }",
+            "default priority level must be in range [1, 2]",
+        ),
+        (
+            "dynamic_batching { priority_levels: 2 default_priority_level: 1 preserve_ordering: true }",
+            "Only one priority level is allowed when 'preserve_ordering' is true",
+        ),
+        (
+            "dynamic_batching { preserve_ordering: true default_queue_policy { timeout_action: DELAY } }",
+            "Queue policy can not have DELAY as timeout action",
+        ),
     ],
 )
 def test_dynamic_batching_rules(tmp_path: Path, batching: str, expected: str) -> None:
@@ -186,15 +256,39 @@ SEQ = """sequence_batching {{
     ("start", "ready_kind", "ready", "expected"),
     [
         ("int32_false_true: [ 0, 1 ]", "CONTROL_SEQUENCE_READY", "int32_false_true: [ 0, 1 ]", None),
-        ("int32_false_true: [ 0, 1 ]", "CONTROL_SEQUENCE_START", "int32_false_true: [ 0, 1 ]", "sequence batching specifies multiple CONTROL_SEQUENCE_START tensors"),
-        ("", "CONTROL_SEQUENCE_READY", "int32_false_true: [ 0, 1 ]", "must specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' for CONTROL_SEQUENCE_START"),
-        ("int32_false_true: [ 1 ]", "CONTROL_SEQUENCE_READY", "int32_false_true: [ 0, 1 ]", "control 'int32_false_true' must have exactly 2 entries"),
+        (
+            "int32_false_true: [ 0, 1 ]",
+            "CONTROL_SEQUENCE_START",
+            "int32_false_true: [ 0, 1 ]",
+            "sequence batching specifies multiple CONTROL_SEQUENCE_START tensors",
+        ),
+        (
+            "",
+            "CONTROL_SEQUENCE_READY",
+            "int32_false_true: [ 0, 1 ]",
+            "must specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' for CONTROL_SEQUENCE_START",
+        ),
+        (
+            "int32_false_true: [ 1 ]",
+            "CONTROL_SEQUENCE_READY",
+            "int32_false_true: [ 0, 1 ]",
+            "control 'int32_false_true' must have exactly 2 entries",
+        ),
         ("int32_false_true: [ 0, 1 ]", "CONTROL_SEQUENCE_CORRID", "", "must specify data_type TYPE_UINT64"),
-        ("int32_false_true: [ 0, 1 ]", "CONTROL_SEQUENCE_CORRID", "data_type: TYPE_UINT64 int32_false_true: [ 0, 1 ]", "must not specify either"),
+        (
+            "int32_false_true: [ 0, 1 ]",
+            "CONTROL_SEQUENCE_CORRID",
+            "data_type: TYPE_UINT64 int32_false_true: [ 0, 1 ]",
+            "must not specify either",
+        ),
     ],
 )
-def test_sequence_batching_control_inputs(tmp_path: Path, start: str, ready_kind: str, ready: str, expected: str | None) -> None:
-    add_python_add_sub(tmp_path, config=ADD_SUB_CONFIG + SEQ.format(start=start, ready_kind=ready_kind, ready=ready))
+def test_sequence_batching_control_inputs(
+    tmp_path: Path, start: str, ready_kind: str, ready: str, expected: str | None
+) -> None:
+    add_python_add_sub(
+        tmp_path, config=ADD_SUB_CONFIG + SEQ.format(start=start, ready_kind=ready_kind, ready=ready)
+    )
     errors = problems_of(check(tmp_path), "add_sub")
     if expected is None:
         assert errors == []
@@ -205,9 +299,17 @@ def test_sequence_batching_control_inputs(tmp_path: Path, start: str, ready_kind
 @pytest.mark.parametrize(
     ("group", "expected", "severity"),
     [
-        ("instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]", "instance group add_sub_0 of model add_sub has kind KIND_CPU but specifies one or more GPUs", "error"),
+        (
+            "instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]",
+            "instance group add_sub_0 of model add_sub has kind KIND_CPU but specifies one or more GPUs",
+            "error",
+        ),
         ("instance_group [ { kind: KIND_CPU count: -2 } ]", "must specify count >= 1", "error"),
-        ("instance_group [ { kind: KIND_GPU } ]", "instance group KIND_GPU requested for model add_sub but no GPU is visible", "warning"),
+        (
+            "instance_group [ { kind: KIND_GPU } ]",
+            "instance group KIND_GPU requested for model add_sub but no GPU is visible",
+            "warning",
+        ),
     ],
 )
 def test_instance_group_rules(tmp_path: Path, group: str, expected: str, severity: str) -> None:

@@ -1,0 +1,47 @@
+# The two set-up commands of the README, each creating its own virtual environment:
+#   make serve   install, then serve ./model_repository on :8000 (HTTP), :8001 (gRPC), :8002 (metrics)
+#   make test    install with the test extras, then run the whole test suite
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+REFERENCE_SETUP := ../shared/reference/setup-triton.sh
+PYTEST_ARGS ?=
+
+.PHONY: serve test lint models reference completions clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	@# torch's CPU build first: a plain `torch` requirement would pull a multi-GB CUDA build. On these
+	@# machines pip finds torch==2.13.0 (CPU) on local disk; elsewhere PyTorch's CPU wheel index serves it.
+	$(BIN)/pip install --quiet torch==2.13.0 2>/dev/null || \
+	  $(BIN)/pip install --quiet torch --index-url https://download.pytorch.org/whl/cpu
+	$(BIN)/pip install --quiet -e '.[torch,test]'
+	touch $(STAMP)
+
+serve: $(STAMP)
+	$(BIN)/tcli serve model_repository
+
+test: $(STAMP) reference
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Real Triton 2.51 and perf_analyzer 2.51 for the differential tests, when the reference script is
+# beside this checkout (tests that need it are skipped, with the reason, when it is not installed).
+reference:
+	@if [ -x "$(REFERENCE_SETUP)" ] || [ -f "$(REFERENCE_SETUP)" ]; then \
+	  bash "$(REFERENCE_SETUP)" >/dev/null 2>&1 && echo "reference Triton 2.51: ready" \
+	    || echo "reference Triton 2.51: set-up failed; its tests will be skipped"; \
+	else echo "reference Triton 2.51: $(REFERENCE_SETUP) not found; its tests will be skipped"; fi
+
+lint: $(STAMP)
+	$(BIN)/ruff check server tcli tests
+	$(BIN)/ruff format --check server tcli tests
+	$(BIN)/mypy
+
+# Rebuild the example model files (ONNX, TorchScript) from the script that trains and exports them.
+models: $(STAMP)
+	$(BIN)/python model_repository/build_models.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
