@@ -1,0 +1,16 @@
+"""simple_identity: OUTPUT0 is a copy of INPUT0.
+
+INPUT0 is a string (BYTES) tensor of shape [batch, n]; the response carries the same
+shape and the same byte strings, element for element.
+"""
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", data)]))
+        return responses
