@@ -20,6 +20,9 @@ class Problem:
     file: Path | None = None
     line: int | None = None
     column: int | None = None
+    # False for mistakes real Triton still loads (a label file of the wrong length, duplicate tensor
+    # names): `tcli repo validate` fails on them, `tcli serve` loads the model as Triton would.
+    blocks_load: bool = True
 
     def one_line(self) -> str:
         return f"{self.message} (fix: {self.fix})" if self.fix else self.message

@@ -34,13 +34,22 @@ class Findings:
     source: SourceText | None
     problems: list[Problem] = field(default_factory=list)
 
-    def add(self, severity: Severity, message: str, fix: str | None = None, at: tuple[str, ...] = ()) -> None:
+    def add(
+        self,
+        severity: Severity,
+        message: str,
+        fix: str | None = None,
+        at: tuple[str, ...] = (),
+        blocks_load: bool = True,
+    ) -> None:
         line = self.source.line_of(*at) if self.source and at else None
         path = self.source.path if self.source else None
-        self.problems.append(Problem(severity, message, fix, path, line))
+        self.problems.append(Problem(severity, message, fix, path, line, None, blocks_load))
 
-    def error(self, message: str, fix: str | None = None, at: tuple[str, ...] = ()) -> None:
-        self.add("error", message, fix, at)
+    def error(
+        self, message: str, fix: str | None = None, at: tuple[str, ...] = (), blocks_load: bool = True
+    ) -> None:
+        self.add("error", message, fix, at, blocks_load)
 
     def warning(self, message: str, fix: str | None = None, at: tuple[str, ...] = ()) -> None:
         self.add("warning", message, fix, at)
@@ -95,6 +104,7 @@ def validate_raw(config: ModelConfig, folder: ModelFolder, found: Findings) -> N
                 f"instance group {group.name or '<unnamed>'} of model {m} must specify count >= 1",
                 "set count to the number of parallel instances (1 or more)",
                 ("instance_group", "count"),
+                blocks_load=False,
             )
 
 
@@ -117,6 +127,7 @@ def _check_platform_backend(config: ModelConfig, found: Findings) -> None:
                 f"backend '{backend}'",
                 f'remove backend, or set backend: "{expected}"',
                 ("backend",),
+                blocks_load=False,  # Triton loads it with the backend the config names
             )
             return
     if backend and backend not in backends.KNOWN_BACKENDS:
@@ -206,6 +217,7 @@ def _check_tensors(config: ModelConfig, found: Findings, kind: str) -> None:
                 f"{label} '{name}' is specified {count} times for {m}",
                 f"give each {kind} a unique name",
                 (kind, f'"{name}"'),
+                blocks_load=False,
             )
     for tensor in tensors:
         at = (kind, f'"{tensor.name}"')
@@ -304,6 +316,7 @@ def _check_labels(config: ModelConfig, folder: ModelFolder, found: Findings) -> 
                     f"'{output.name}' of model '{config.name}' has {classes} classes",
                     f"write exactly {classes} lines, one label per class index",
                     at,
+                    blocks_load=False,
                 )
 
 

@@ -58,10 +58,17 @@ def validate_repositories(
     return report
 
 
-def validate_model(folder: ModelFolder, *, auto_complete: bool = True, gpu_count: int = 0) -> ModelReport:
+def validate_model(
+    folder: ModelFolder,
+    *,
+    auto_complete: bool = True,
+    gpu_count: int = 0,
+    config_override: ModelConfig | None = None,
+) -> ModelReport:
+    """Check one model; `config_override` stands in for config.pbtxt (the load API's config)."""
     report = ModelReport(folder.name, folder.path, folder.versions)
     found = Findings(folder.name, None, report.problems)
-    raw = _read(folder, found)
+    raw = config_override if config_override is not None else _read(folder, found)
     if raw is None:
         return report
     report.backend = raw.platform or raw.backend

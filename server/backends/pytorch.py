@@ -1,0 +1,96 @@
+"""PyTorch backend (`platform: "pytorch_libtorch"`, TorchScript model.pt).
+
+Only TorchScript archives are loaded (torch.jit.load), never pickles, so a model file cannot run
+arbitrary code when loaded. Inputs bind to forward() by argument name, or by Triton's `<name>__<index>`
+convention; outputs bind by `<name>__<index>` or by the order of config outputs.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Any
+
+import numpy as np
+
+from server.backends.base import InstanceSpec, ModelContext, TensorModel
+from server.protocol.errors import ErrorCode, TritonError
+
+_INDEXED = re.compile(r"^.+__(\d+)$")
+
+
+def input_order(config_inputs: list[str], forward_arguments: list[str]) -> list[str]:
+    """Config input names in the order forward() takes them."""
+    if set(config_inputs) == set(forward_arguments):
+        return list(forward_arguments)
+    indexed = {}
+    for name in config_inputs:
+        match = _INDEXED.match(name)
+        if match is None:
+            raise TritonError(
+                ErrorCode.INVALID_ARG,
+                f"input '{name}' matches neither a forward() argument ({', '.join(forward_arguments)}) nor "
+                "the naming convention <name>__<index>",
+            )
+        indexed[int(match.group(1))] = name
+    if sorted(indexed) != list(range(len(config_inputs))):
+        raise TritonError(ErrorCode.INVALID_ARG, "input indices <name>__<index> must run 0..N-1 without gaps")
+    return [indexed[i] for i in range(len(config_inputs))]
+
+
+def output_positions(config_outputs: list[str]) -> dict[str, int]:
+    """Position of each config output in what forward() returns."""
+    positions = {}
+    for order, name in enumerate(config_outputs):
+        match = _INDEXED.match(name)
+        positions[name] = int(match.group(1)) if match else order
+    return positions
+
+
+class TorchScriptModel(TensorModel):
+    def __init__(self, context: ModelContext, instance: InstanceSpec) -> None:
+        import torch
+
+        self._torch = torch
+        self._device = torch.device(f"cuda:{instance.device_id}" if instance.kind == "KIND_GPU" else "cpu")
+        try:
+            with warnings.catch_warnings():  # torch marks TorchScript deprecated; Triton still serves it
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self._module: Any = torch.jit.load(str(context.model_file), map_location=self._device)
+        except Exception as exc:  # torch raises RuntimeError and others for files that are not TorchScript
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise TritonError(
+                ErrorCode.INVALID_ARG, f"failed to load TorchScript model {context.model_file}: {first}"
+            ) from None
+        self._module.eval()
+        arguments = [a.name for a in self._module.forward.schema.arguments[1:]]
+        self._inputs = input_order([i.name for i in context.config.input], arguments)
+        self._outputs = output_positions([o.name for o in context.config.output])
+
+    def execute(
+        self, inputs: dict[str, np.ndarray[Any, Any]], output_names: list[str]
+    ) -> dict[str, np.ndarray[Any, Any]]:
+        torch = self._torch
+        with torch.inference_mode():
+            tensors = [
+                torch.from_numpy(np.ascontiguousarray(inputs[n])).to(self._device) for n in self._inputs
+            ]
+            try:
+                result = self._module(*tensors)
+            except Exception as exc:  # a failure inside forward() belongs to this request only
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise TritonError(ErrorCode.INTERNAL, f"PyTorch execute failure: {first}") from None
+        results = list(result) if isinstance(result, tuple | list) else [result]
+        out = {}
+        for name in output_names:
+            position = self._outputs[name]
+            if position >= len(results):
+                raise TritonError(
+                    ErrorCode.INTERNAL,
+                    f"output '{name}' expects position {position} but forward() returned {len(results)} tensors",
+                )
+            out[name] = results[position].detach().cpu().numpy()
+        return out
+
+    def unload(self) -> None:
+        self._module = None

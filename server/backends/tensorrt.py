@@ -1,0 +1,38 @@
+"""TensorRT backend (`platform: "tensorrt_plan"`, model.plan). GPU only; TensorRT's libraries come from
+NVIDIA's own package index, so without them a plan model is UNAVAILABLE with that reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from server.backends.base import InstanceSpec, ModelContext, TensorModel
+from server.backends.devices import visible_gpu_count
+from server.protocol.errors import ErrorCode, TritonError
+
+
+class TensorRTModel(TensorModel):
+    def __init__(self, context: ModelContext, instance: InstanceSpec) -> None:
+        if visible_gpu_count() == 0:
+            raise TritonError(
+                ErrorCode.UNAVAILABLE,
+                f"model '{context.config.name}': TensorRT plans run only on a GPU, and no GPU is visible",
+            )
+        try:
+            import tensorrt  # noqa: F401
+        except ImportError:
+            raise TritonError(
+                ErrorCode.UNAVAILABLE,
+                f"model '{context.config.name}': TensorRT is not installed (pip install 'tcli[gpu]' with "
+                "NVIDIA's package index configured)",
+            ) from None
+        raise TritonError(
+            ErrorCode.UNSUPPORTED,
+            f"model '{context.config.name}': executing TensorRT plans is not implemented yet",
+        )
+
+    def execute(
+        self, inputs: dict[str, np.ndarray[Any, Any]], output_names: list[str]
+    ) -> dict[str, np.ndarray[Any, Any]]:
+        raise TritonError(ErrorCode.UNSUPPORTED, "TensorRT execution is not implemented")

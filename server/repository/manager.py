@@ -1,0 +1,358 @@
+"""The model lifecycle: load, reload and unload models from repository folders, with Triton's control
+modes (none, poll, explicit).
+
+A (re)load builds a complete new ServedModel beside the old one and swaps it in with one dict
+assignment: requests already holding the old model finish on its runners, which are then drained and
+unloaded. A reload whose new version fails keeps the old version serving.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from server.backends.base import ModelContext
+from server.backends.devices import visible_gpu_count
+from server.config import backends
+from server.protocol.errors import ErrorCode, TritonError, internal, not_found, unavailable
+from server.repository.layout import ModelFolder, scan_model, scan_repository, select_versions
+from server.repository.models import ModelState, ServedModel, StatsBook, VersionEntry
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+log = logging.getLogger("tcli.server")
+
+
+class ControlMode(enum.StrEnum):
+    NONE = "none"
+    POLL = "poll"
+    EXPLICIT = "explicit"
+
+
+def folder_fingerprint(path: Path) -> tuple[object, ...]:
+    """Names, sizes and modification times of everything in a model folder: changes mean reload."""
+    entries: list[tuple[str, int, int]] = []
+    for item in sorted(path.rglob("*")):
+        if "__pycache__" in item.parts or not item.is_file():
+            continue
+        try:
+            stat = item.stat()
+        except OSError:
+            continue
+        entries.append((str(item.relative_to(path)), stat.st_size, stat.st_mtime_ns))
+    return tuple(entries)
+
+
+class ModelManager:
+    def __init__(self, repositories: list[Path], mode: ControlMode = ControlMode.NONE) -> None:
+        self.repositories = [Path(r) for r in repositories]
+        self.mode = mode
+        self.stats = StatsBook()
+        self.gpu_count = visible_gpu_count()
+        self._models: dict[str, ServedModel] = {}
+        self._lock = threading.RLock()  # one load/unload at a time; readers never take it
+        self._listeners: list[Callable[[str], None]] = []
+        self._poller: RepositoryPoller | None = None
+
+    # discovery -------------------------------------------------------------------------------------
+    def folders(self) -> dict[str, ModelFolder]:
+        found: dict[str, ModelFolder] = {}
+        for repository in self.repositories:
+            for folder in scan_repository(repository):
+                found.setdefault(folder.name, folder)
+        return found
+
+    def _folder(self, name: str) -> ModelFolder:
+        for repository in self.repositories:
+            path = repository / name
+            if path.is_dir():
+                return scan_model(path, repository)
+        raise TritonError(
+            ErrorCode.INVALID_ARG, f"failed to load '{name}', failed to poll from model repository"
+        )
+
+    # reading ---------------------------------------------------------------------------------------
+    def models(self) -> dict[str, ServedModel]:
+        return self._models
+
+    def get(self, name: str) -> ServedModel:
+        model = self._models.get(name)
+        if model is None:
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        return model
+
+    def resolve(self, name: str, version: str = "") -> tuple[ServedModel, VersionEntry]:
+        """The model and the version a request names ("" or -1: the highest ready version)."""
+        model = self.get(name)
+        if version in ("", "-1"):
+            ready = model.ready_versions()
+            if not ready:
+                raise unavailable(f"Request for unknown model: '{name}' has no available versions")
+            return model, model.versions[ready[-1]]
+        try:
+            number = int(version)
+        except ValueError:
+            raise not_found(f"Request for unknown model: '{name}' version {version} is not found") from None
+        entry = model.versions.get(number)
+        if entry is None:
+            raise not_found(f"Request for unknown model: '{name}' version {version} is not found")
+        if entry.state != ModelState.READY:
+            raise unavailable(f"Request for unknown model: '{name}' version {version} is not at ready state")
+        return model, entry
+
+    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        rows: list[dict[str, str]] = []
+        names = set(self._models)
+        if not ready_only:
+            names |= set(self.folders())
+        for name in sorted(names):
+            model = self._models.get(name)
+            if model is None or not model.versions:
+                if not ready_only:
+                    rows.append({"name": name})
+                continue
+            for version, entry in sorted(model.versions.items()):
+                if ready_only and entry.state != ModelState.READY:
+                    continue
+                row = {"name": name, "version": str(version), "state": str(entry.state)}
+                if entry.reason:
+                    row["reason"] = entry.reason
+                rows.append(row)
+        return rows
+
+    def all_ready(self) -> bool:
+        return all(
+            all(e.state == ModelState.READY for e in m.versions.values()) for m in self._models.values()
+        )
+
+    # changing --------------------------------------------------------------------------------------
+    def load_startup(self, load_models: list[str] | None = None) -> None:
+        """none/poll: every model in the repositories; explicit: only `load_models` ('*' = all)."""
+        if self.mode == ControlMode.EXPLICIT and "*" not in (load_models or []):
+            names = list(load_models or [])
+        else:
+            names = list(self.folders())
+        for name in names:
+            try:
+                self.load(name)
+            except TritonError as exc:
+                log.error("failed to load '%s': %s", name, exc.message)
+
+    def load(self, name: str, config_override: ModelConfig | None = None) -> ServedModel:
+        """(Re)load a model; raises TritonError when it ends with no ready version."""
+        with self._lock:
+            folder = self._folder(name)
+            old = self._models.get(name)
+            if old is None:
+                self._models[name] = ServedModel(
+                    name,
+                    folder.path,
+                    versions={v: VersionEntry(v, ModelState.LOADING) for v in folder.versions},
+                )
+            new = self._build(folder, config_override)
+            failed = not new.ready_versions()
+            if failed and old is not None and old.ready_versions():
+                # keep serving what works; the failure is reported, and a later fix is picked up
+                old.fingerprint = new.fingerprint
+                raise TritonError(ErrorCode.INVALID_ARG, f"failed to load '{name}': {_first_reason(new)}")
+            self._models[name] = new
+            if old is not None:
+                _retire(old)
+            self._notify(name)
+            if failed:
+                raise TritonError(ErrorCode.INVALID_ARG, f"failed to load '{name}': {_first_reason(new)}")
+            return new
+
+    def unload(self, name: str) -> None:
+        with self._lock:
+            model = self._models.get(name)
+            if model is None:
+                return
+            self._models[name] = ServedModel(
+                name,
+                model.path,
+                versions={v: VersionEntry(v, ModelState.UNAVAILABLE, "unloaded") for v in model.versions},
+            )
+            _retire(model)
+            self._notify(name)
+
+    def forget(self, name: str) -> None:
+        """A model whose folder is gone: unload it and drop it from the index."""
+        with self._lock:
+            model = self._models.pop(name, None)
+            if model is not None:
+                _retire(model)
+                self._notify(name)
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        if self._poller is not None:
+            self._poller.stop()
+        with self._lock:
+            for model in self._models.values():
+                for runner in model.runners():
+                    runner.stop(timeout)
+
+    def on_change(self, listener: Callable[[str], None]) -> None:
+        self._listeners.append(listener)
+
+    def _notify(self, name: str) -> None:
+        for listener in self._listeners:
+            listener(name)
+
+    # polling ---------------------------------------------------------------------------------------
+    def poll_once(self) -> list[str]:
+        """Reload changed models, load new ones, drop removed ones; returns the names acted on."""
+        changed: list[str] = []
+        folders = self.folders()
+        for name, folder in folders.items():
+            model = self._models.get(name)
+            if model is not None and model.fingerprint == folder_fingerprint(folder.path):
+                continue
+            changed.append(name)
+            try:
+                self.load(name)
+            except TritonError as exc:
+                log.error("Poll failed for model directory '%s': %s", name, exc.message)
+        for name in list(self._models):
+            if name not in folders:
+                changed.append(name)
+                self.forget(name)
+        return changed
+
+    def start_polling(self, interval_s: float) -> None:
+        self._poller = RepositoryPoller(self, interval_s)
+        self._poller.start()
+
+    # building --------------------------------------------------------------------------------------
+    def _build(self, folder: ModelFolder, config_override: ModelConfig | None) -> ServedModel:
+        from server.repository.validation import validate_model
+        from server.request_checks import RequestRules
+
+        fingerprint = folder_fingerprint(folder.path)
+        report = validate_model(folder, gpu_count=self.gpu_count, config_override=config_override)
+        blocking = [p for p in report.problems if p.severity == "error" and p.blocks_load]
+        served = ServedModel(folder.name, folder.path, report.config, fingerprint=fingerprint)
+        if blocking or report.config is None:
+            reason = TritonError(ErrorCode.INVALID_ARG, blocking[0].message if blocking else "invalid config")
+            served.versions = {
+                v: VersionEntry(v, ModelState.UNAVAILABLE, reason.status_string()) for v in folder.versions
+            }
+            if not served.versions:
+                served.versions = {0: VersionEntry(0, ModelState.UNAVAILABLE, reason.status_string())}
+            return served
+        config = report.config
+        served.rules = RequestRules(config)
+        served.labels = _read_labels(config, folder.path)
+        for version in select_versions(config.version_policy, folder.versions):
+            served.versions[version] = self._load_version(config, folder, version)
+        return served
+
+    def _load_version(self, config: ModelConfig, folder: ModelFolder, version: int) -> VersionEntry:
+        from server.scheduling.runner import ModelRunner
+
+        if config.platform == backends.ENSEMBLE:
+            return VersionEntry(
+                version, ModelState.UNAVAILABLE, "Unsupported: ensemble scheduling is not served yet"
+            )
+        context = ModelContext(config, folder.path, version, folder.repository)
+        runner = ModelRunner(context, self.stats.get(config.name, version))
+        try:
+            runner.load()
+        except TritonError as exc:
+            return VersionEntry(version, ModelState.UNAVAILABLE, exc.status_string())
+        except Exception as exc:  # a backend failing in an unforeseen way marks only this version
+            return VersionEntry(
+                version, ModelState.UNAVAILABLE, internal(f"{type(exc).__name__}: {exc}").status_string()
+            )
+        log.info("successfully loaded '%s' version %d", config.name, version)
+        return VersionEntry(version, ModelState.READY, runner=runner)
+
+
+def _first_reason(model: ServedModel) -> str:
+    reasons = [e.reason for e in model.versions.values() if e.reason]
+    return reasons[0] if reasons else "no version is available"
+
+
+def _read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:
+    labels = {}
+    for output in config.output:
+        if output.label_filename:
+            text = (model_dir / output.label_filename).read_text(encoding="utf-8")
+            labels[output.name] = text.splitlines()
+    return labels
+
+
+def _retire(model: ServedModel) -> None:
+    """Drain and unload a replaced model's runners off the caller's thread."""
+    runners = model.runners()
+    if not runners:
+        return
+
+    def stop() -> None:
+        for runner in runners:
+            runner.stop()
+
+    threading.Thread(target=stop, name=f"retire-{model.name}", daemon=True).start()
+
+
+class RepositoryPoller:
+    """Poll mode: watchdog events (debounced) trigger a rescan, with a periodic scan as a fallback for
+    file systems that send no events."""
+
+    DEBOUNCE_S = 0.5
+
+    def __init__(self, manager: ModelManager, interval_s: float) -> None:
+        self.manager = manager
+        self.interval_s = interval_s
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="repository-poll", daemon=True)
+        self._observer: object | None = None
+
+    def start(self) -> None:
+        try:
+            from watchdog.events import FileSystemEventHandler
+            from watchdog.observers import Observer
+
+            wake = self._wake
+
+            class Handler(FileSystemEventHandler):
+                def on_any_event(self, event: object) -> None:
+                    if "__pycache__" not in str(getattr(event, "src_path", "")):
+                        wake.set()
+
+            observer = Observer()
+            for repository in self.manager.repositories:
+                observer.schedule(Handler(), str(repository), recursive=True)
+            observer.daemon = True
+            observer.start()
+            self._observer = observer
+        except Exception as exc:  # no inotify here: the periodic scan still works
+            log.warning("file watching unavailable (%s); polling every %ss", exc, self.interval_s)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval_s if self.interval_s > 0 else None)
+            if self._stop.is_set():
+                return
+            # debounce: wait until the folder has been quiet for a moment (editors write in steps)
+            while self._wake.is_set():
+                self._wake.clear()
+                if self._stop.wait(self.DEBOUNCE_S):
+                    return
+            try:
+                self.manager.poll_once()
+            except Exception as exc:  # a scan failing (folder briefly missing) must not end polling
+                log.error("repository poll failed: %s", exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._observer is not None:
+            self._observer.stop()  # type: ignore[attr-defined]

@@ -1,0 +1,235 @@
+"""One loaded model version: its instances, each a worker thread pulling batches from the model's
+scheduler, and the execution of a batch (merge, reshape, execute, split, time, respond)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from server.backends.base import InstanceSpec, ModelContext, RequestModel, TensorModel, load_instance
+from server.config.validate import enum_name
+from server.protocol import datatypes
+from server.protocol.errors import TritonError, internal
+from server.protocol.types import InferenceResponse, Tensor
+from server.scheduling.work import Completion, DefaultScheduler, Scheduler, WorkItem
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from server.protocol.types import InferenceRequest
+    from server.stats import ModelStats
+
+
+def instance_specs(config: ModelConfig) -> list[InstanceSpec]:
+    """instance_group count x kind (x gpus) -> the instances to create, named <group>_<index>."""
+    specs = []
+    for group in config.instance_group:
+        kind = enum_name(group, "kind")
+        devices = list(group.gpus) if kind == "KIND_GPU" else [0]
+        index = 0
+        for device in devices:
+            for _ in range(max(group.count, 1)):
+                specs.append(InstanceSpec(f"{group.name}_{index}", kind, device))
+                index += 1
+    return specs
+
+
+def make_scheduler(config: ModelConfig) -> Scheduler:
+    choice = config.WhichOneof("scheduling_choice")
+    if choice == "sequence_batching":
+        from server.scheduling.sequence import SequenceScheduler
+
+        return SequenceScheduler(config)
+    if choice == "dynamic_batching" and config.max_batch_size > 0:
+        from server.scheduling.dynamic_batcher import DynamicBatcher
+
+        return DynamicBatcher(config.dynamic_batching, config.max_batch_size)
+    return DefaultScheduler()
+
+
+class ModelRunner:
+    """Executes requests for one model version on its instances."""
+
+    def __init__(self, context: ModelContext, stats: ModelStats, scheduler: Scheduler | None = None) -> None:
+        self.context = context
+        self.config = context.config
+        self.name = context.config.name
+        self.version = str(context.version)
+        self.batched = context.config.max_batch_size > 0
+        self.stats = stats
+        self.scheduler = scheduler or make_scheduler(context.config)
+        self._instances: list[TensorModel | RequestModel] = []
+        self._threads: list[threading.Thread] = []
+        self._output_types = {
+            o.name: datatypes.config_to_wire(enum_name(o, "data_type")) for o in context.config.output
+        }
+        self._output_names = [o.name for o in context.config.output]
+        self._input_reshape = {
+            i.name: tuple(i.reshape.shape) for i in context.config.input if i.HasField("reshape")
+        }
+        self._output_reshape = {o.name: tuple(o.dims) for o in context.config.output if o.HasField("reshape")}
+
+    # lifecycle -------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Create every instance (raising the first failure, after unloading what did load) and start
+        one worker thread per instance."""
+        try:
+            for spec in instance_specs(self.config):
+                self._instances.append(load_instance(self.context, spec))
+        except BaseException:
+            self._unload_instances()
+            raise
+        # a serial scheduler (sequences) keeps order by running one execution at a time
+        workers = self._instances[:1] if getattr(self.scheduler, "serial", False) else self._instances
+        for index, instance in enumerate(workers):
+            thread = threading.Thread(
+                target=self._work, args=(instance,), name=f"{self.name}_{self.version}_{index}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop taking requests, finish what is queued and in flight, then unload the instances."""
+        self.scheduler.close()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._unload_instances()
+
+    def _unload_instances(self) -> None:
+        for instance in self._instances:
+            # a model's own cleanup failing must not stop the others unloading
+            with contextlib.suppress(Exception):
+                instance.unload()
+        self._instances.clear()
+
+    # requests --------------------------------------------------------------------------------------
+    def submit(self, request: InferenceRequest, complete: Completion) -> None:
+        item = WorkItem(request, request.batch_size(self.batched), complete)
+        self.scheduler.enqueue(item)
+
+    def _work(self, instance: TensorModel | RequestModel) -> None:
+        while True:
+            batch = self.scheduler.next_batch()
+            if batch is None:
+                return
+            if isinstance(instance, TensorModel):
+                self._run_tensor_batch(instance, batch)
+            else:
+                self._run_request_batch(instance, batch)
+
+    def _run_tensor_batch(self, model: TensorModel, batch: list[WorkItem]) -> None:
+        start = time.monotonic_ns()
+        try:
+            requests = [item.request for item in batch]
+            if len(batch) == 1:
+                inputs = {t.name: t.data for t in requests[0].inputs}
+            else:
+                from server.scheduling.batch import merge_inputs
+
+                inputs = merge_inputs(requests)
+            rows = sum(item.rows for item in batch)
+            inputs = self._reshape_inputs(inputs, rows)
+            names = [o.name for o in requests[0].outputs] or self._output_names
+            infer_start = time.monotonic_ns()
+            outputs = model.execute(inputs, names)
+            infer_end = time.monotonic_ns()
+            outputs = self._reshape_outputs(outputs, rows)
+            if len(batch) == 1:
+                per_request = [outputs]
+            else:
+                from server.scheduling.batch import split_outputs
+
+                per_request = split_outputs(outputs, [item.rows for item in batch])
+            responses = [
+                self._response(item.request, out) for item, out in zip(batch, per_request, strict=True)
+            ]
+        except TritonError as error:
+            self._fail(batch, error)
+            return
+        except Exception as exc:  # an unexpected failure fails this batch, never the worker
+            self._fail(batch, internal(f"{type(exc).__name__}: {exc}"))
+            return
+        end = time.monotonic_ns()
+        self._succeed(batch, responses, start, infer_start, infer_end, end)
+
+    def _run_request_batch(self, model: RequestModel, batch: list[WorkItem]) -> None:
+        start = time.monotonic_ns()
+        try:
+            results = model.execute([item.request for item in batch])
+        except TritonError as error:
+            self._fail(batch, error)
+            return
+        except Exception as exc:  # the model's own bug fails this batch, never the worker
+            self._fail(batch, internal(f"{type(exc).__name__}: {exc}"))
+            return
+        end = time.monotonic_ns()
+        self.stats.record_execution(sum(item.rows for item in batch), 0, end - start, 0)
+        for item, result in zip(batch, results, strict=True):
+            if isinstance(result, TritonError):
+                self.stats.record_failure(end - item.enqueued_ns, "BACKEND")
+                item.complete(result)
+            else:
+                self.stats.record_success(
+                    item.rows, end - item.enqueued_ns, start - item.enqueued_ns, 0, end - start, 0
+                )
+                item.complete(result)
+
+    def _succeed(
+        self,
+        batch: list[WorkItem],
+        responses: list[InferenceResponse],
+        start: int,
+        infer_start: int,
+        infer_end: int,
+        end: int,
+    ) -> None:
+        input_ns, infer_ns, output_ns = infer_start - start, infer_end - infer_start, end - infer_end
+        self.stats.record_execution(sum(item.rows for item in batch), input_ns, infer_ns, output_ns)
+        for item, response in zip(batch, responses, strict=True):
+            self.stats.record_success(
+                item.rows, end - item.enqueued_ns, start - item.enqueued_ns, input_ns, infer_ns, output_ns
+            )
+            item.complete(response)
+
+    def _fail(self, batch: list[WorkItem], error: TritonError) -> None:
+        end = time.monotonic_ns()
+        for item in batch:
+            self.stats.record_failure(end - item.enqueued_ns, "BACKEND")
+            item.complete(error)
+
+    # tensors ---------------------------------------------------------------------------------------
+    def _reshape_inputs(
+        self, inputs: dict[str, np.ndarray[Any, Any]], rows: int
+    ) -> dict[str, np.ndarray[Any, Any]]:
+        if not self._input_reshape:
+            return inputs
+        out = dict(inputs)
+        for name, shape in self._input_reshape.items():
+            if name in out:
+                out[name] = out[name].reshape(((rows,) if self.batched else ()) + shape)
+        return out
+
+    def _reshape_outputs(
+        self, outputs: dict[str, np.ndarray[Any, Any]], rows: int
+    ) -> dict[str, np.ndarray[Any, Any]]:
+        for name, dims in self._output_reshape.items():
+            if name in outputs and dims.count(-1) <= 1:
+                outputs[name] = outputs[name].reshape(((rows,) if self.batched else ()) + dims)
+        return outputs
+
+    def _response(
+        self, request: InferenceRequest, outputs: dict[str, np.ndarray[Any, Any]]
+    ) -> InferenceResponse:
+        tensors = []
+        for name, array in outputs.items():
+            datatype = self._output_types.get(name) or datatypes.numpy_to_wire(array.dtype)
+            if datatype != "BYTES" and datatype != "BF16":
+                expected = datatypes.wire_to_numpy(datatype)
+                if array.dtype != expected:
+                    array = array.astype(expected)
+            tensors.append(Tensor(name, datatype, tuple(int(d) for d in array.shape), array))
+        return InferenceResponse(self.name, self.version, request.id, tensors)

@@ -1,0 +1,80 @@
+"""A queued request and the scheduler interface instance workers pull batches from."""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from server.protocol.errors import TritonError
+    from server.protocol.types import InferenceRequest, InferenceResponse
+
+Completion = Callable[["InferenceResponse | TritonError"], None]
+
+
+@dataclass(slots=True)
+class WorkItem:
+    """One request waiting for an instance. `complete` is called exactly once, from a worker thread."""
+
+    request: InferenceRequest
+    rows: int  # batch rows it brings (1 for a non-batching model)
+    complete: Completion
+    enqueued_ns: int = field(default_factory=time.monotonic_ns)
+    priority_level: int = 0  # 0 = the model's default level
+    deadline_ns: int = 0  # 0 = no queue timeout
+    started_ns: int = 0  # set when a worker takes it
+
+
+class Scheduler(ABC):
+    """Queues requests; instance worker threads call `next_batch` to take work."""
+
+    @abstractmethod
+    def enqueue(self, item: WorkItem) -> None:
+        """Add a request; raise TritonError (UNAVAILABLE) when the queue refuses it."""
+
+    @abstractmethod
+    def next_batch(self) -> list[WorkItem] | None:
+        """Block until a batch is ready; None once the scheduler is closed and drained."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop accepting; wake waiting workers. Queued work is still handed out until drained."""
+
+    @abstractmethod
+    def pending(self) -> int:
+        """Requests waiting in the queue (nv_inference_pending_request_count)."""
+
+
+class DefaultScheduler(Scheduler):
+    """Triton's default scheduler: first come first served, one request per execution."""
+
+    def __init__(self) -> None:
+        self._queue: deque[WorkItem] = deque()
+        self._ready = threading.Condition()
+        self._closed = False
+
+    def enqueue(self, item: WorkItem) -> None:
+        with self._ready:
+            self._queue.append(item)
+            self._ready.notify()
+
+    def next_batch(self) -> list[WorkItem] | None:
+        with self._ready:
+            while not self._queue:
+                if self._closed:
+                    return None
+                self._ready.wait()
+            return [self._queue.popleft()]
+
+    def close(self) -> None:
+        with self._ready:
+            self._closed = True
+            self._ready.notify_all()
+
+    def pending(self) -> int:
+        return len(self._queue)
