@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from tcli.commands import repo
+from tcli.commands import repo, serve
 
 app = typer.Typer(
     name="tcli",
@@ -18,6 +18,7 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 app.add_typer(repo.app, name="repo")
+app.registered_commands += serve.app.registered_commands
 
 
 def run() -> None:

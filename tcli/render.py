@@ -132,3 +132,48 @@ def index_table(rows: list[dict[str, Any]]) -> Table:
             escape(row["repository"]),
         )
     return table
+
+
+def startup_tables(server: Any) -> list[Table]:
+    """tritonserver's start-up tables: backends, model/version status, and options."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    models = server.manager.models()
+    backends = Table(title="Backends")
+    backends.add_column("Backend")
+    backends.add_column("Models")
+    by_backend: dict[str, list[str]] = {}
+    for name, model in sorted(models.items()):
+        if model.config is not None:
+            by_backend.setdefault(model.config.backend or model.config.platform, []).append(name)
+    for backend, names in sorted(by_backend.items()):
+        backends.add_row(escape(backend), escape(", ".join(names)))
+
+    status = Table(title="Models")
+    status.add_column("Model")
+    status.add_column("Version")
+    status.add_column("Status")
+    for row in server.manager.index():
+        state = row.get("state", "UNAVAILABLE: not loaded")
+        if row.get("reason"):
+            state = f"{state}: {row['reason']}"
+        colour = "green" if state == "READY" else "red"
+        status.add_row(escape(row["name"]), row.get("version", "-"), f"[{colour}]{escape(state)}[/]")
+
+    settings = server.settings
+    options = Table(title="Options")
+    options.add_column("Option")
+    options.add_column("Value")
+    for option, value in (
+        ("model_repository_path", ", ".join(str(p) for p in settings.model_repositories)),
+        ("model_control_mode", str(settings.model_control_mode)),
+        ("strict_readiness", str(settings.strict_readiness).lower()),
+        ("exit_timeout", str(settings.exit_timeout_secs)),
+        ("http_port", str(server.http_port or "disabled")),
+        ("grpc_port", str(server.grpc_port or "disabled")),
+        ("metrics_port", str(server.metrics_port or "disabled")),
+        ("allow_client_shm", str(settings.allow_client_shm).lower()),
+    ):
+        options.add_row(option, escape(value))
+    return [backends, status, options]

@@ -1,0 +1,201 @@
+"""Composition root: settings in, repository loaded, front ends started, graceful shutdown out.
+
+`Server` runs in-process (tests, notebooks): `with Server(settings) as server: server.http_url`.
+`run(settings)` is what `tcli serve` calls: it serves until SIGINT/SIGTERM, then stops accepting,
+drains in-flight requests up to the exit timeout, and unloads every model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from server.repository.manager import ControlMode, ModelManager
+from server.service import InferenceService
+
+log = logging.getLogger("tcli.server")
+
+
+@dataclass
+class ServerSettings:
+    """tritonserver's options, with its flag names."""
+
+    model_repositories: list[Path]
+    model_control_mode: ControlMode = ControlMode.NONE
+    repository_poll_secs: float = 15.0
+    load_models: list[str] = field(default_factory=list)
+    strict_readiness: bool = True
+    exit_timeout_secs: float = 30.0
+    host: str = "0.0.0.0"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    allow_http: bool = True
+    allow_grpc: bool = True
+    allow_metrics: bool = True
+    allow_client_shm: bool = False
+    http_max_input_size: int = 64 * 2**20
+    log_verbose: int = 0
+
+
+class Server:
+    """The server with its front ends on a private event loop thread."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.manager = ModelManager(settings.model_repositories, settings.model_control_mode)
+        self.service = InferenceService(self.manager, strict_readiness=settings.strict_readiness)
+        self.http_port: int | None = None
+        self.metrics_port: int | None = None
+        self.grpc_port: int | None = None
+        self._handles: list[Any] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    # in-process use --------------------------------------------------------------------------------
+    def start(self) -> Server:
+        self.load_models()
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run_loop() -> None:
+            loop = _new_event_loop()
+            self._loop = loop
+            try:
+                loop.run_until_complete(self.start_frontends())
+            except BaseException as exc:  # reported to the caller of start()
+                failure.append(exc)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+
+        self._thread = threading.Thread(target=run_loop, name="tcli-server-loop", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            raise failure[0]
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            future = asyncio.run_coroutine_threadsafe(self.stop_frontends(), self._loop)
+            future.result(timeout=self.settings.exit_timeout_secs + 5)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            if self._thread is not None:
+                self._thread.join(5)
+            self._loop = None
+        self.manager.shutdown(self.settings.exit_timeout_secs)
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def http_url(self) -> str:
+        return f"localhost:{self.http_port}"
+
+    # pieces ----------------------------------------------------------------------------------------
+    def load_models(self) -> None:
+        self.manager.load_startup(self.settings.load_models)
+        if self.settings.model_control_mode == ControlMode.POLL:
+            self.manager.start_polling(self.settings.repository_poll_secs)
+
+    async def start_frontends(self) -> None:
+        settings = self.settings
+        if settings.allow_http:
+            from server.frontends.http import create_http_app, serve_http
+
+            app = create_http_app(
+                self.service,
+                max_input_size=settings.http_max_input_size,
+                allow_client_shm=settings.allow_client_shm,
+            )
+            handle = await serve_http(app, settings.host, settings.http_port)
+            self.http_port = handle.port
+            self._handles.append(handle)
+        if settings.allow_metrics:
+            try:
+                from server.frontends.metrics import create_metrics_app
+            except ImportError:
+                log.warning("metrics front end not available")
+            else:
+                from server.frontends.http import serve_http
+
+                handle = await serve_http(
+                    create_metrics_app(self.manager), settings.host, settings.metrics_port
+                )
+                self.metrics_port = handle.port
+                self._handles.append(handle)
+        if settings.allow_grpc:
+            try:
+                from server.frontends.grpc import serve_grpc  # type: ignore[import-not-found,unused-ignore]
+            except ImportError:
+                log.warning("gRPC front end not available yet; serving HTTP only")
+            else:
+                handle = await serve_grpc(self.service, settings.host, settings.grpc_port)
+                self.grpc_port = handle.port
+                self._handles.append(handle)
+
+    async def stop_frontends(self) -> None:
+        for handle in self._handles:
+            await handle.shutdown()
+        self._handles.clear()
+
+    async def drain(self, timeout: float) -> None:
+        """Stop accepting new inference requests and wait for queued and running ones."""
+        self.service.accepting = False
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            if not any(r.scheduler.pending() for m in self.manager.models().values() for r in m.runners()):
+                break
+            await asyncio.sleep(0.05)
+
+
+def _new_event_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:
+        return asyncio.new_event_loop()
+
+
+def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = None) -> int:
+    """Serve until SIGINT/SIGTERM (the `tcli serve` main loop). Returns the process exit code."""
+    server = Server(settings)
+    server.load_models()
+    loop = _new_event_loop()
+    asyncio.set_event_loop(loop)
+    stop = asyncio.Event()
+
+    async def main() -> None:
+        await server.start_frontends()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        if on_started is not None:
+            on_started(server)
+        await stop.wait()
+        log.info("signal received: draining in-flight requests (up to %ss)", settings.exit_timeout_secs)
+        await server.drain(settings.exit_timeout_secs)
+        await server.stop_frontends()
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        server.manager.shutdown(settings.exit_timeout_secs)
+        loop.close()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m server.app REPO` for quick manual runs
+    sys.exit(run(ServerSettings([Path(p) for p in sys.argv[1:]] or [Path("model_repository")])))
