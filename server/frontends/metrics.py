@@ -1,0 +1,444 @@
+"""The Prometheus endpoint: Triton's metric families, names, HELP texts and labels, so that dashboards
+and alerts written for Triton read tcli unchanged.
+
+Everything is read at scrape time from the per model-version statistics (`server/stats.py`) that the
+statistics API also serves; nothing on the request path touches a metric. A custom prometheus_client
+collector turns one snapshot of those statistics into metric families; prometheus_client's text
+exposition (format 0.0.4) writes them.
+
+Families, in Triton 2.51's order (per loaded model version, labels `model` and `version`; the failure
+counter also has `reason` = REJECTED | CANCELED | BACKEND | OTHER, all four always present):
+
+    nv_inference_request_success            counter  successful requests (a batch-8 request counts 1)
+    nv_inference_request_failure            counter  failed requests, by reason
+    nv_inference_count                      counter  inferences (rows; a batch-8 request counts 8)
+    nv_inference_exec_count                 counter  model executions (a merged batch counts 1)
+    nv_inference_request_duration_us        counter  cumulative end-to-end time of successful requests
+    nv_inference_queue_duration_us          counter  cumulative queueing time
+    nv_inference_compute_input_duration_us  counter  cumulative input preparation time
+    nv_inference_compute_infer_duration_us  counter  cumulative model execution time
+    nv_inference_compute_output_duration_us counter  cumulative output preparation time
+    nv_inference_pending_request_count      gauge    requests queued, not yet executing
+    nv_cpu_utilization                      gauge    host CPU busy ratio [0.0 - 1.0]
+    nv_cpu_memory_total_bytes               gauge    host RAM
+    nv_cpu_memory_used_bytes                gauge    host RAM in use (total - available, as Triton)
+
+tcli's addition, also per model version:
+
+    tcli_inference_batch_size               histogram  rows per model execution (Triton's batch_stats
+                                                       as a histogram; buckets: powers of two up to the
+                                                       model's max_batch_size, its preferred batch sizes,
+                                                       max_batch_size itself, +Inf)
+
+"Is dynamic batching working?" in one PromQL query, the average batch a model executes:
+
+    sum by (model) (rate(tcli_inference_batch_size_sum[5m]))
+      / sum by (model) (rate(tcli_inference_batch_size_count[5m]))
+
+It stays at the batch size clients send (1 for perf_analyzer's default) when requests are executed one
+by one, and rises towards the preferred/max batch size when the dynamic batcher merges them. For the
+shape of the distribution (a Grafana heatmap, or the median):
+`histogram_quantile(0.5, sum by (model, le) (rate(tcli_inference_batch_size_bucket[5m])))`.
+
+As in Triton: a model version's series exist while it is loaded and go away when it is unloaded;
+families with no series are not written; the process's CPU and memory series are always written.
+Unlike Triton, counters keep counting across a reload (the statistics outlive it), which Prometheus'
+rate() treats the same as Triton's reset-free case. Triton's pinned-memory pool gauges are not
+written: tcli has no pinned memory pool.
+
+One detail of the exposition: Triton's counters do not end in `_total`, and prometheus_client writes
+a counter family's HELP/TYPE lines under `<name>_total`. The two header lines of those families are
+renamed after rendering so that they name the samples they describe; sample lines, label escaping and
+number formatting are prometheus_client's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import psutil
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.metrics_core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from server.repository.models import ModelState
+from server.stats import ModelStats
+
+if TYPE_CHECKING:
+    from server.repository.manager import ModelManager
+    from server.repository.models import ServedModel
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+DEFAULT_METRICS_INTERVAL_MS = 2000  # tritonserver --metrics-interval-ms
+
+# (family name, HELP text) as Triton 2.51 writes them; the durations also name the statistic they read
+_SUCCESS = (
+    "nv_inference_request_success",
+    "Number of successful inference requests, all batch sizes",
+)
+_FAILURE = (
+    "nv_inference_request_failure",
+    "Number of failed inference requests, all batch sizes",
+)
+_COUNT = (
+    "nv_inference_count",
+    "Number of inferences performed (does not include cached requests)",
+)
+_EXEC_COUNT = (
+    "nv_inference_exec_count",
+    "Number of model executions performed (does not include cached requests)",
+)
+_DURATIONS = (
+    (
+        "nv_inference_request_duration_us",
+        "Cumulative inference request duration in microseconds (includes cached requests)",
+        "success",
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "Cumulative inference queuing duration in microseconds (includes cached requests)",
+        "queue",
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+        "compute_input",
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+        "compute_infer",
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+        "compute_output",
+    ),
+)
+_PENDING = (
+    "nv_inference_pending_request_count",
+    "Instantaneous number of pending requests awaiting execution per-model.",
+)
+_CPU_UTILIZATION = ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]")
+_CPU_MEMORY_TOTAL = ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes")
+_CPU_MEMORY_USED = ("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes")
+_BATCH_SIZE = (
+    "tcli_inference_batch_size",
+    "Number of rows (batch size) per model execution; a dynamic batcher merging requests raises it",
+)
+
+
+# ------------------------------------------------------------------------------------------ host CPU
+class CpuSampler:
+    """Host CPU utilisation as Triton computes it: busy jiffies (user, nice, system, irq, softirq,
+    steal) over busy + idle (idle, iowait) between two readings. Triton refreshes it every
+    metrics-interval/2 from a polling thread; here it is refreshed at scrape time, at most once per
+    `window_s`, over the time since the previous refresh, so concurrent scrapers do not shrink each
+    other's window to nothing."""
+
+    _BUSY = ("user", "nice", "system", "irq", "softirq", "steal")
+    _IDLE = ("idle", "iowait")
+
+    def __init__(
+        self,
+        window_s: float = DEFAULT_METRICS_INTERVAL_MS / 2000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.window_s = window_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last = self._read()
+        self._last_at = clock()
+        self._value = 0.0
+
+    @classmethod
+    def _read(cls) -> tuple[float, float]:
+        times = psutil.cpu_times()
+        busy = sum(getattr(times, name, 0.0) for name in cls._BUSY)
+        idle = sum(getattr(times, name, 0.0) for name in cls._IDLE)
+        return busy, idle
+
+    def utilization(self) -> float:
+        with self._lock:
+            now = self._clock()
+            if now - self._last_at >= self.window_s:
+                current = self._read()
+                self._value = busy_ratio(self._last, current)
+                self._last, self._last_at = current, now
+            return self._value
+
+
+def busy_ratio(old: tuple[float, float], new: tuple[float, float]) -> float:
+    """Busy share of the CPU time between two (busy, idle) readings; 0 when no time passed."""
+    busy = max(new[0] - old[0], 0.0)
+    idle = max(new[1] - old[1], 0.0)
+    return busy / (busy + idle) if busy + idle > 0 else 0.0
+
+
+def memory_bytes() -> tuple[int, int]:
+    """(total, used) host RAM; used = total - available, Triton's definition."""
+    memory = psutil.virtual_memory()
+    return int(memory.total), int(memory.total - memory.available)
+
+
+# ------------------------------------------------------------------------------------------ snapshot
+@dataclass(frozen=True)
+class VersionSnapshot:
+    """What one scrape reads about one loaded model version."""
+
+    model: str
+    version: str
+    stats: dict[str, Any]  # ModelStats.as_dict(), taken under the statistics lock
+    failures: dict[str, int]  # reason (one of FAILURE_REASONS) -> count
+    pending: int
+    batch_buckets: tuple[int, ...]  # finite histogram bounds for tcli_inference_batch_size
+
+    @property
+    def labels(self) -> list[str]:
+        return [self.model, self.version]
+
+
+def batch_buckets(max_batch_size: int, preferred: Iterable[int] = ()) -> tuple[int, ...]:
+    """Finite bucket bounds for the batch-size histogram: 1, 2, 4, ... below max_batch_size, the
+    preferred batch sizes, and max_batch_size itself (just 1 for a model without batching)."""
+    if max_batch_size <= 0:
+        return (1,)
+    bounds = {max_batch_size}
+    bound = 1
+    while bound < max_batch_size:
+        bounds.add(bound)
+        bound *= 2
+    bounds.update(p for p in preferred if 0 < p <= max_batch_size)
+    return tuple(sorted(bounds))
+
+
+def _failures_by_reason(failures: dict[str, int]) -> dict[str, int]:
+    """Triton's four reasons, each present; anything else is counted as OTHER (Triton's default)."""
+    counts = dict.fromkeys(FAILURE_REASONS, 0)
+    for reason, count in failures.items():
+        counts[reason if reason in counts else "OTHER"] += count
+    return counts
+
+
+def _model_buckets(model: ServedModel) -> tuple[int, ...]:
+    config = model.config
+    if config is None:
+        return (1,)
+    preferred: list[int] = []
+    if config.WhichOneof("scheduling_choice") == "dynamic_batching":
+        preferred = list(config.dynamic_batching.preferred_batch_size)
+    return batch_buckets(config.max_batch_size, preferred)
+
+
+def snapshot(manager: ModelManager) -> list[VersionSnapshot]:
+    """Every loaded model version (sorted by name, then version) with its statistics right now."""
+    rows: list[VersionSnapshot] = []
+    for name, model in sorted(list(manager.models().items())):
+        buckets = _model_buckets(model)
+        for version, entry in sorted(list(model.versions.items())):
+            if entry.runner is None and entry.state != ModelState.READY:
+                continue  # not loaded: Triton has no series for it either
+            stats = manager.stats.by_version.get((name, version)) or ModelStats(name, str(version))
+            pending = entry.runner.scheduler.pending() if entry.runner is not None else 0
+            rows.append(
+                VersionSnapshot(
+                    model=name,
+                    version=str(version),
+                    stats=stats.as_dict(),
+                    failures=_failures_by_reason(dict(stats.failures)),
+                    pending=int(pending),
+                    batch_buckets=buckets,
+                )
+            )
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ families
+def _counter(name: str, documentation: str) -> Metric:
+    """A counter family whose samples carry the family name itself, as Triton's do (no `_total`)."""
+    return Metric(name, documentation, "counter")
+
+
+def _us(duration: dict[str, int]) -> int:
+    return duration["ns"] // 1000
+
+
+def model_families(versions: list[VersionSnapshot]) -> Iterator[Metric]:
+    """Triton's per-model families, in Triton's order; without loaded versions there are none (Triton
+    leaves out families without series)."""
+    if not versions:
+        return
+    success = _counter(*_SUCCESS)
+    failure = _counter(*_FAILURE)
+    count = _counter(*_COUNT)
+    exec_count = _counter(*_EXEC_COUNT)
+    for row in versions:
+        key = {"model": row.model, "version": row.version}
+        success.add_sample(_SUCCESS[0], key, row.stats["inference_stats"]["success"]["count"])
+        for reason in FAILURE_REASONS:
+            failure.add_sample(_FAILURE[0], {**key, "reason": reason}, row.failures[reason])
+        count.add_sample(_COUNT[0], key, row.stats["inference_count"])
+        exec_count.add_sample(_EXEC_COUNT[0], key, row.stats["execution_count"])
+    yield from (success, failure, count, exec_count)
+
+    for name, documentation, field in _DURATIONS:
+        family = _counter(name, documentation)
+        for row in versions:
+            key = {"model": row.model, "version": row.version}
+            family.add_sample(name, key, _us(row.stats["inference_stats"][field]))
+        yield family
+
+    pending = GaugeMetricFamily(*_PENDING, labels=("model", "version"))
+    for row in versions:
+        pending.add_metric(row.labels, row.pending)
+    yield pending
+
+
+def batch_size_families(versions: list[VersionSnapshot]) -> Iterator[Metric]:
+    """tcli_inference_batch_size: Triton's batch_stats (executions per batch size) as a histogram."""
+    if not versions:
+        return
+    histogram = HistogramMetricFamily(*_BATCH_SIZE, labels=("model", "version"))
+    for row in versions:
+        executions = {
+            entry["batch_size"]: entry["compute_infer"]["count"] for entry in row.stats["batch_stats"]
+        }
+        buckets: list[tuple[str, float]] = [
+            (str(bound), sum(n for size, n in executions.items() if size <= bound))
+            for bound in row.batch_buckets
+        ]
+        buckets.append(("+Inf", sum(executions.values())))
+        rows_executed = sum(size * n for size, n in executions.items())
+        histogram.add_metric(row.labels, buckets, rows_executed)
+    yield histogram
+
+
+def host_families(cpu: CpuSampler) -> Iterator[Metric]:
+    total, used = memory_bytes()
+    yield GaugeMetricFamily(*_CPU_UTILIZATION, value=cpu.utilization())
+    yield GaugeMetricFamily(*_CPU_MEMORY_TOTAL, value=total)
+    yield GaugeMetricFamily(*_CPU_MEMORY_USED, value=used)
+
+
+class TritonCollector(Collector):
+    """A prometheus_client collector over a ModelManager: Triton's per-model families, the host CPU
+    and memory gauges (Triton's order), then tcli's own families."""
+
+    def __init__(self, manager: ModelManager, cpu: CpuSampler | None = None) -> None:
+        self.manager = manager
+        self.cpu = cpu or CpuSampler()
+
+    def collect(self) -> Iterable[Metric]:
+        versions = snapshot(self.manager)
+        return [*model_families(versions), *host_families(self.cpu), *batch_size_families(versions)]
+
+
+class _Collected(Collector):
+    """Families collected once, handed to generate_latest (which calls collect())."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+def render(families: Iterable[Metric]) -> bytes:
+    """Text exposition 0.0.4 of `families`, with counters' HELP/TYPE lines naming their samples."""
+    families = list(families)
+    text = generate_latest(_Collected(families))
+    for family in families:
+        if family.type != "counter" or any(s.name != family.name for s in family.samples):
+            continue
+        # prometheus_client names a counter's header `<name>_total`; Triton's samples are `<name>`
+        name = family.name.encode()
+        text = text.replace(b"# HELP " + name + b"_total ", b"# HELP " + name + b" ", 1)
+        text = text.replace(b"# TYPE " + name + b"_total counter\n", b"# TYPE " + name + b" counter\n", 1)
+    return text
+
+
+_default_cpu: CpuSampler | None = None
+_default_cpu_lock = threading.Lock()
+
+
+def _shared_cpu() -> CpuSampler:
+    global _default_cpu
+    with _default_cpu_lock:
+        if _default_cpu is None:
+            _default_cpu = CpuSampler()
+        return _default_cpu
+
+
+def metrics_text(manager: ModelManager, cpu: CpuSampler | None = None) -> bytes:
+    """The /metrics body for `manager` right now. Without `cpu`, CPU utilisation is measured with a
+    process-wide sampler (since its first use); the metrics app keeps its own, started with it."""
+    return render(TritonCollector(manager, cpu or _shared_cpu()).collect())
+
+
+# ------------------------------------------------------------------------------------------ ASGI app
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # text/plain; version=0.0.4; charset=utf-8
+
+
+def create_metrics_app(
+    manager: ModelManager, metrics_interval_ms: int = DEFAULT_METRICS_INTERVAL_MS
+) -> ASGIApp:
+    """A raw ASGI app for the metrics port: GET (or HEAD) /metrics answers the exposition text; other
+    methods on /metrics answer 405, every other path 404. `metrics_interval_ms` is tritonserver's
+    --metrics-interval-ms: CPU utilisation is refreshed at most every half of it."""
+    cpu = CpuSampler(window_s=max(metrics_interval_ms, 0) / 2000)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        method = scope.get("method", "GET")
+        if scope.get("path") not in ("/metrics", "/metrics/"):
+            await _respond(send, 404, b"Not Found\n", "text/plain; charset=utf-8")
+        elif method not in ("GET", "HEAD"):
+            await _respond(
+                send, 405, b"Method Not Allowed\n", "text/plain; charset=utf-8", [(b"allow", b"GET, HEAD")]
+            )
+        else:
+            body = metrics_text(manager, cpu)
+            await _respond(send, 200, body, CONTENT_TYPE, head=method == "HEAD")
+
+    return app
+
+
+async def _respond(
+    send: Send,
+    status: int,
+    body: bytes,
+    content_type: str,
+    extra: list[tuple[bytes, bytes]] | None = None,
+    head: bool = False,
+) -> None:
+    headers = [
+        (b"content-type", content_type.encode()),
+        (b"content-length", str(len(body)).encode()),
+        *(extra or []),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": b"" if head else body})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
