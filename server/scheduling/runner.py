@@ -123,6 +123,8 @@ class ModelRunner:
 
     def _run_tensor_batch(self, model: TensorModel, batch: list[WorkItem]) -> None:
         start = time.monotonic_ns()
+        for item in batch:
+            item.started_ns = start
         try:
             requests = [item.request for item in batch]
             if len(batch) == 1:
@@ -158,6 +160,8 @@ class ModelRunner:
 
     def _run_request_batch(self, model: RequestModel, batch: list[WorkItem]) -> None:
         start = time.monotonic_ns()
+        for item in batch:
+            item.started_ns = start
         try:
             results = model.execute([item.request for item in batch])
         except TritonError as error:
@@ -197,6 +201,9 @@ class ModelRunner:
 
     def _fail(self, batch: list[WorkItem], error: TritonError) -> None:
         end = time.monotonic_ns()
+        # Triton counts an execution that failed in the backend as an execution too
+        started = batch[0].started_ns
+        self.stats.record_execution(sum(item.rows for item in batch), 0, end - started if started else 0, 0)
         for item in batch:
             self.stats.record_failure(end - item.enqueued_ns, "BACKEND")
             item.complete(error)
