@@ -1,0 +1,68 @@
+"""Python model auto-complete: `TritonPythonModel.auto_complete_config(ModelConfig)` on a config dict.
+
+Triton runs it in a throwaway stub process; here the model file is imported as an isolated module and
+forgotten afterwards. Every failure is one line naming the file and the cause, never a traceback.
+Triton reports all of them as Internal errors; a missing file is an invalid repository, INVALID_ARG.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from server.protocol.errors import ErrorCode, TritonError
+
+
+class _ModelProblem(Exception):
+    """A failure already worded for the user (no exception type to prefix)."""
+
+
+def auto_complete_config(model_file: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """Return `config` as the model's `auto_complete_config` completes it (unchanged in content when the
+    class does not define one). `config` is Triton's JSON form of ModelConfig (snake_case keys); the
+    result has plain JSON types, dims as numbers, and always `name`, `max_batch_size`, `input`, `output`."""
+    from server.backends.python.model_import import ensure_pb_utils, forget_module, import_model_file
+
+    model_file = Path(model_file)
+    model_name = str(config.get("name") or model_file.parent.parent.name)
+    where = f"{model_file.name} for '{model_name}'"
+    if not model_file.is_file():
+        raise TritonError(ErrorCode.INVALID_ARG, f"{where}: Python model file not found in '{model_file}'")
+
+    pb_utils = ensure_pb_utils()
+    scope = pb_utils.ModelScope(model_name, model_file.parent.name, str(model_file.resolve().parent))
+    module = None
+    try:
+        with pb_utils.model_scope(scope):
+            module = import_model_file(model_file, model_name)
+            model_class = getattr(module, "TritonPythonModel", None)
+            if model_class is None:
+                raise _ModelProblem(
+                    f"AttributeError: module '{model_file.stem}' has no attribute 'TritonPythonModel'"
+                )
+            model_config = pb_utils.ModelConfig({**config, "name": model_name})
+            if hasattr(model_class, "auto_complete_config"):
+                model_config = model_class.auto_complete_config(model_config)
+            if not isinstance(model_config, pb_utils.ModelConfig):
+                raise _ModelProblem(
+                    f"auto_complete_config function in model '{model_name}' must return a valid "
+                    "pb.ModelConfig object."
+                )
+            # a JSON round trip, as Triton's stub does: only plain JSON values get through
+            completed: dict[str, Any] = json.loads(json.dumps(model_config.as_dict()))
+    except _ModelProblem as e:
+        raise TritonError(ErrorCode.INTERNAL, f"{where}: {e}") from None
+    except (Exception, SystemExit) as e:
+        raise TritonError(ErrorCode.INTERNAL, f"{where}: {_one_line(e)}") from None
+    finally:
+        if module is not None:
+            forget_module(module)
+    return completed
+
+
+def _one_line(error: BaseException) -> str:
+    """`Type: message` on one line; SyntaxError's str() already names file and line."""
+    message = " ".join(str(error).split())
+    name = type(error).__name__
+    return f"{name}: {message}" if message else name
