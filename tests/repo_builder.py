@@ -31,6 +31,15 @@ PYTHON_ADD_SUB = textwrap.dedent(
     """
 )
 
+# the smallest model.py that real Triton loads
+MINIMAL_MODEL = textwrap.dedent(
+    """
+    class TritonPythonModel:
+        def execute(self, requests):
+            return []
+    """
+)
+
 ADD_SUB_CONFIG = """
 backend: "python"
 max_batch_size: 8

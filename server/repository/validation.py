@@ -79,6 +79,13 @@ def validate_model(
         found.error(
             exc.message, _completion_fix(exc.message), ("platform",) if "backend" in exc.message else ()
         )
+        if auto_complete:
+            # the model file could not complete the config: still check the config as written
+            try:
+                written = _complete(raw, folder, False, gpu_count)
+            except TritonError:
+                return report
+            validate_completed(written, folder, found, gpu_count=gpu_count)
         return report
     report.config = config
     report.backend = config.platform or config.backend

@@ -11,6 +11,7 @@ from server.config.problems import RepositoryReport
 from server.repository.validation import validate_repositories
 from tests.repo_builder import (
     ADD_SUB_CONFIG,
+    MINIMAL_MODEL,
     ONNX_CONFIG,
     add_model,
     add_onnx_simple,
@@ -42,7 +43,7 @@ def test_valid_repository_has_no_problems(tmp_path: Path) -> None:
 
 
 def test_parse_error_names_file_line_and_column_and_suggests_the_field(tmp_path: Path) -> None:
-    add_model(tmp_path, "m", 'backend: "python"\n\nmax_batch: 8\n', {"1/model.py": ""})
+    add_model(tmp_path, "m", 'backend: "python"\n\nmax_batch: 8\n', {"1/model.py": MINIMAL_MODEL})
     report = check(tmp_path)
     (problem,) = report.models[0].problems
     assert problem.file == tmp_path / "m" / "config.pbtxt"
@@ -143,7 +144,7 @@ def test_negative_max_batch_size(tmp_path: Path) -> None:
 )
 def test_tensor_rules(tmp_path: Path, old: str, new: str, expected: str) -> None:
     assert old in ADD_SUB_CONFIG
-    add_model(tmp_path, "m", ADD_SUB_CONFIG.replace(old, new), {"1/model.py": ""})
+    add_model(tmp_path, "m", ADD_SUB_CONFIG.replace(old, new), {"1/model.py": MINIMAL_MODEL})
     errors = problems_of(check(tmp_path), "m")
     assert any(expected in e for e in errors), errors
 
@@ -159,7 +160,7 @@ def test_problem_points_at_the_tensor_line(tmp_path: Path) -> None:
 
 
 def test_versions_must_be_numeric_and_present(tmp_path: Path) -> None:
-    add_model(tmp_path, "noversion", ADD_SUB_CONFIG, {"v1/model.py": ""})
+    add_model(tmp_path, "noversion", ADD_SUB_CONFIG, {"v1/model.py": MINIMAL_MODEL})
     report = check(tmp_path)
     assert (
         "at least one version must be available under the version policy of model 'noversion'"
@@ -170,7 +171,7 @@ def test_versions_must_be_numeric_and_present(tmp_path: Path) -> None:
 
 
 def test_version_folder_starting_with_zero_is_ignored(tmp_path: Path) -> None:
-    add_model(tmp_path, "m", ADD_SUB_CONFIG, {"01/model.py": "", "2/model.py": ""})
+    add_model(tmp_path, "m", ADD_SUB_CONFIG, {"01/model.py": MINIMAL_MODEL, "2/model.py": MINIMAL_MODEL})
     report = check(tmp_path)
     assert report.models[0].versions == (2,)
     assert any("folder '01'" in w for w in problems_of(report, "m", "warning"))
@@ -319,7 +320,7 @@ def test_instance_group_rules(tmp_path: Path, group: str, expected: str, severit
 
 
 def test_broken_model_does_not_stop_the_others(tmp_path: Path) -> None:
-    add_model(tmp_path, "a_broken", "max_batch_size: [", {"1/model.py": ""})
+    add_model(tmp_path, "a_broken", "max_batch_size: [", {"1/model.py": MINIMAL_MODEL})
     add_python_add_sub(tmp_path)
     report = check(tmp_path)
     assert [(m.name, m.status) for m in report.models] == [("a_broken", "error"), ("add_sub", "ok")]
