@@ -138,6 +138,10 @@ class InferenceService:
             raise unavailable("Server is shutting down: not accepting new inference requests")
         model, entry = self.manager.resolve(request.model_name, request.model_version)
         config, rules, runner = model.config, model.rules, entry.runner
+        if entry.ensemble is not None and rules is not None:
+            rules.check(request)
+            response = await entry.ensemble.infer(request, self.infer, str(entry.version))
+            return self._finish(model, request, response)
         if config is None or rules is None or runner is None:
             raise unavailable(f"Request for unknown model: '{request.model_name}' has no available versions")
         rules.check(request)

@@ -8,6 +8,7 @@ unloaded. A reload whose new version fails keeps the old version serving.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import threading
@@ -138,6 +139,9 @@ class ModelManager:
         else:
             names = list(self.folders())
         for name in names:
+            loaded = self._models.get(name)
+            if loaded is not None and loaded.ready_versions():
+                continue  # already loaded as a composing model of an ensemble
             try:
                 self.load(name)
             except TritonError as exc:
@@ -252,13 +256,31 @@ class ModelManager:
             served.versions[version] = self._load_version(config, folder, version)
         return served
 
+    def _load_ensemble(self, config: ModelConfig, version: int) -> VersionEntry:
+        """Composing models load with the ensemble (when not loaded yet); the ensemble is READY when
+        each of them has a ready version."""
+        from server.scheduling.ensemble import EnsembleSchedule
+
+        schedule = EnsembleSchedule(config, self.stats.get(config.name, version))
+        for dependency in schedule.composing_models():
+            model = self._models.get(dependency)
+            if model is None or (not model.ready_versions() and model.config is None):
+                with contextlib.suppress(TritonError):  # reported below as the ensemble's reason
+                    self.load(dependency)
+            model = self._models.get(dependency)
+            if model is None or not model.ready_versions():
+                return VersionEntry(
+                    version,
+                    ModelState.UNAVAILABLE,
+                    f"Invalid argument: ensemble '{config.name}' depends on '{dependency}' which has no loaded version",
+                )
+        return VersionEntry(version, ModelState.READY, ensemble=schedule)
+
     def _load_version(self, config: ModelConfig, folder: ModelFolder, version: int) -> VersionEntry:
         from server.scheduling.runner import ModelRunner
 
         if config.platform == backends.ENSEMBLE:
-            return VersionEntry(
-                version, ModelState.UNAVAILABLE, "Unsupported: ensemble scheduling is not served yet"
-            )
+            return self._load_ensemble(config, version)
         context = ModelContext(config, folder.path, version, folder.repository)
         runner = ModelRunner(context, self.stats.get(config.name, version))
         try:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
     from server.request_checks import RequestRules
+    from server.scheduling.ensemble import EnsembleSchedule
     from server.scheduling.runner import ModelRunner
 
 
@@ -31,6 +32,7 @@ class VersionEntry:
     state: ModelState
     reason: str = ""
     runner: ModelRunner | None = None
+    ensemble: EnsembleSchedule | None = None  # ensembles run their steps instead of a runner
 
 
 @dataclass

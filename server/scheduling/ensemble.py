@@ -1,0 +1,109 @@
+"""Ensemble scheduling (`platform: "ensemble"`): a DAG of steps over named tensors. A step runs as soon
+as every tensor it reads exists; independent steps run concurrently. Each step is an ordinary request
+to its composing model, so batching, instances and statistics apply there as usual."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from server.protocol.errors import TritonError, internal
+from server.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from server.stats import ModelStats
+
+Infer = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
+
+# sequence and priority settings travel with every step, as Triton passes them through
+_PASS_THROUGH = ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout")
+
+
+class EnsembleSchedule:
+    def __init__(self, config: ModelConfig, stats: ModelStats) -> None:
+        self.name = config.name
+        self.stats = stats
+        self.steps = [
+            (
+                step.model_name,
+                str(step.model_version) if step.model_version > 0 else "",
+                dict(step.input_map),
+                dict(step.output_map),
+            )
+            for step in config.ensemble_scheduling.step
+        ]
+        self.outputs = [o.name for o in config.output]
+
+    def composing_models(self) -> list[str]:
+        return list(dict.fromkeys(model for model, _, _, _ in self.steps))
+
+    async def infer(self, request: InferenceRequest, infer: Infer, version: str) -> InferenceResponse:
+        start = time.monotonic_ns()
+        try:
+            response = await self._run(request, infer, version)
+        except TritonError as error:
+            self.stats.record_failure(time.monotonic_ns() - start, "BACKEND")
+            raise error
+        rows = request.batch_size(True) if request.inputs and request.inputs[0].shape else 1
+        total = time.monotonic_ns() - start
+        self.stats.record_success(rows, total, 0, 0, total, 0)
+        return response
+
+    async def _run(self, request: InferenceRequest, infer: Infer, version: str) -> InferenceResponse:
+        tensors: dict[str, Tensor] = {t.name: t for t in request.inputs}
+        pending = list(range(len(self.steps)))
+        passed = {k: v for k, v in request.parameters.items() if k in _PASS_THROUGH}
+        while pending:
+            ready = [i for i in pending if all(t in tensors for t in self.steps[i][2].values())]
+            if not ready:
+                missing = sorted({t for i in pending for t in self.steps[i][2].values() if t not in tensors})
+                raise internal(
+                    f"ensemble '{self.name}' cannot run: tensors {', '.join(missing)} are never produced"
+                )
+            results = await asyncio.gather(
+                *(self._step(i, tensors, request.id, passed, infer) for i in ready)
+            )
+            for produced in results:
+                tensors.update(produced)
+            pending = [i for i in pending if i not in ready]
+        wanted = [o.name for o in request.outputs] or self.outputs
+        outputs = [tensors[name] for name in self.outputs if name in wanted and name in tensors]
+        return InferenceResponse(self.name, version, request.id, outputs)
+
+    async def _step(
+        self,
+        index: int,
+        tensors: dict[str, Tensor],
+        request_id: str,
+        parameters: dict[str, object],
+        infer: Infer,
+    ) -> dict[str, Tensor]:
+        model, model_version, input_map, output_map = self.steps[index]
+        inputs = [
+            Tensor(model_input, tensors[name].datatype, tensors[name].shape, tensors[name].data)
+            for model_input, name in input_map.items()
+        ]
+        step_request = InferenceRequest(
+            model,
+            model_version,
+            request_id,
+            inputs,
+            [RequestedOutput(o) for o in output_map],
+            dict(parameters),
+        )
+        try:
+            response = await infer(step_request)
+        except TritonError as error:
+            raise TritonError(
+                error.code, f"in ensemble '{self.name}', step {index} ({model}): {error.message}"
+            ) from None
+        produced = {}
+        for tensor in response.outputs:
+            name = output_map.get(tensor.name)
+            if name is not None:
+                produced[name] = Tensor(name, tensor.datatype, tensor.shape, tensor.data)
+        return produced
