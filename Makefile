@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 REFERENCE_SETUP := ../shared/reference/setup-triton.sh
 PYTEST_ARGS ?=
 
-.PHONY: serve test lint models reference completions clean
+.PHONY: serve test lint models reference promtool clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,14 @@ $(STAMP): pyproject.toml
 serve: $(STAMP)
 	$(BIN)/tcli serve model_repository
 
-test: $(STAMP) reference
+test: $(STAMP) reference promtool
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# promtool (Debian package prometheus) checks the metrics exposition; its test is skipped without it.
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus) >/dev/null 2>&1 \
+	  && echo "promtool: installed" || echo "promtool: not installed; its test will be skipped"; }
 
 # Real Triton 2.51 and perf_analyzer 2.51 for the differential tests, when the reference script is
 # beside this checkout (tests that need it are skipped, with the reason, when it is not installed).
