@@ -1,0 +1,598 @@
+"""The KServe v2 REST front end with Triton's extensions: a raw ASGI app over InferenceService, served by
+uvicorn (httptools, uvloop), JSON by orjson.
+
+Routes, methods and answers follow Triton's HTTP server (server/src/http_server.cc), in its order:
+
+    GET       /v2/models/stats                                   statistics of every ready model
+    GET/POST  /v2/logging                                        log settings
+    *         /v2/models/{m}[/versions/{v}][/infer|ready|config|stats|trace/setting|generate...]
+    GET       /v2                                                server metadata
+    GET       /v2/health/live, /v2/health/ready                  200 or 400, empty body
+    GET/POST  /v2/systemsharedmemory[/region/{r}]/status|register|unregister
+    GET/POST  /v2/cudasharedmemory[/region/{r}]/status|register|unregister
+    POST      /v2/repository[/{repo}]/index, /v2/repository[/{repo}]/models/{m}/load|unload
+    GET/POST  /v2/trace/setting
+
+Anything else is 404 {"error":"Not Found"}; a known route with the wrong method is 405
+{"error":"Method Not Allowed"}. Errors are {"error": message} with the HTTP status of the error's code.
+Inference request bodies may be gzip/deflate compressed; inference responses are compressed when the
+client's Accept-Encoding asks for it (Triton compresses nothing else).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import socket
+import zlib
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import orjson
+
+from server.protocol.errors import ErrorCode, TritonError, invalid_arg, unavailable, unsupported
+from server.protocol.json_codec import (
+    DEFAULT_MAX_INPUT_SIZE,
+    SHM_DISABLED,
+    ShmView,
+    decode_raw_request,
+    decode_request,
+    encode_response,
+    parse_header_length,
+    parse_json,
+)
+from server.protocol.shm import SharedMemoryRegistry
+
+if TYPE_CHECKING:
+    from server.service import InferenceService
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+log = logging.getLogger("tcli.server.http")
+
+_MODEL_ROUTE = re.compile(
+    r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
+    r"(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?"
+)
+_SERVER_ROUTE = re.compile(r"/v2(?:/health/(live|ready))?")
+_SYSTEM_SHM_ROUTE = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
+_CUDA_SHM_ROUTE = re.compile(r"/v2/cudasharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
+_REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
+
+_JSON = (b"content-type", b"application/json")
+_TEXT = (b"content-type", b"text/plain")
+_OCTET = (b"content-type", b"application/octet-stream")
+_NOT_FOUND = b'{"error":"Not Found"}'
+_NOT_ALLOWED = b'{"error":"Method Not Allowed"}'
+
+_LOG_KEYS = ("log_file", "log_info", "log_warning", "log_error", "log_verbose_level", "log_format")
+_TRACE_KEYS = ("trace_file", "trace_level", "trace_rate", "trace_count", "log_frequency", "trace_mode")
+
+
+class _HttpError(TritonError):
+    """A TritonError whose answer carries extra response headers."""
+
+    def __init__(self, code: ErrorCode, message: str, headers: list[tuple[bytes, bytes]]) -> None:
+        super().__init__(code, message)
+        self.headers = headers
+
+
+class _Disconnected(Exception):
+    """The client went away before sending its whole request."""
+
+
+def _error_body(message: str) -> bytes:
+    return orjson.dumps({"error": message})
+
+
+def _too_large(size: int, limit: int, json_only: bool) -> TritonError:
+    what = "Request JSON size" if json_only else "Request size"
+    return invalid_arg(
+        f"{what} of {size} bytes exceeds the maximum allowed value of {limit} bytes. Use "
+        "--http-max-input-size to increase the limit."
+    )
+
+
+def response_encoding(accept_encoding: str) -> str:
+    """Triton's choice from an Accept-Encoding list: the highest q among gzip, deflate and identity
+    (the first wins a tie); 'identity' when nothing usable is offered."""
+    chosen, weight = "identity", 0.0
+    for item in accept_encoding.split(","):
+        coding, _, params = item.strip().partition(";")
+        coding = coding.strip()
+        quality = 1.0
+        params = params.strip()
+        if params.startswith("q="):
+            try:
+                quality = float(params[2:])
+            except ValueError:
+                continue
+        if coding in ("gzip", "deflate", "identity") and quality > weight:
+            chosen, weight = coding, quality
+    return chosen
+
+
+def _decompress(body: bytes | bytearray, encoding: str, limit: int) -> bytes:
+    """gzip or deflate (a zlib stream, as Triton and tritonclient use; raw deflate is accepted too),
+    never inflating beyond `limit` bytes."""
+    attempts = (31,) if encoding == "gzip" else (15, -15)
+    last_error: Exception | None = None
+    for wbits in attempts:
+        inflater = zlib.decompressobj(wbits)
+        try:
+            data = inflater.decompress(body, limit + 1)
+        except zlib.error as exc:
+            last_error = exc
+            continue
+        if len(data) > limit or inflater.unconsumed_tail:
+            raise _too_large(len(data), limit, json_only=False)
+        return data
+    raise invalid_arg(f"unable to decompress the request body ({encoding}): {last_error}")
+
+
+def _compress(body: bytes, encoding: str) -> bytes:
+    return zlib.compress(body, wbits=31 if encoding == "gzip" else 15)
+
+
+class HttpFrontend:
+    """The ASGI application; `create_http_app` builds it."""
+
+    def __init__(
+        self,
+        service: InferenceService,
+        max_input_size: int,
+        allow_client_shm: bool,
+        shm_registry: SharedMemoryRegistry | None = None,
+    ) -> None:
+        self.service = service
+        self.max_input_size = max_input_size
+        self.allow_client_shm = allow_client_shm
+        self._owns_shm = shm_registry is None
+        self.shm = SharedMemoryRegistry() if shm_registry is None else shm_registry
+        self._shm_view: ShmView | None = self.shm.view if allow_client_shm else None
+
+    # ASGI ------------------------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                await _lifespan(receive, send)
+            return
+        try:
+            await self._route(scope, receive, send)
+        except _HttpError as error:
+            await _respond(send, error.code.http_status, _error_body(error.message), [_JSON, *error.headers])
+        except TritonError as error:
+            await _respond(send, error.code.http_status, _error_body(error.message))
+        except _Disconnected:
+            return
+        except Exception as exc:  # a bug must still answer, as JSON, and be logged with its traceback
+            log.exception("unexpected error handling %s %s", scope.get("method"), scope.get("path"))
+            await _respond(send, 500, _error_body(f"internal error: {type(exc).__name__}: {exc}"))
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path")
+        path: str = raw.decode("latin-1") if raw else scope["path"]
+        method: str = scope["method"]
+        if path.startswith("/v2/models/"):
+            if path == "/v2/models/stats":
+                if method != "GET":
+                    return await _not_allowed(send)
+                return await self._json(send, self.service.statistics())
+            match = _MODEL_ROUTE.fullmatch(path)
+            if match is not None:
+                model, version, action = match.groups()
+                model = unquote(model) if "%" in model else model
+                version = version or ""
+                if action == "infer":
+                    if method != "POST":
+                        return await _not_allowed(send)
+                    return await self._infer(scope, receive, send, model, version)
+                return await self._model(scope, receive, send, method, model, version, action)
+            return await _not_found(send)
+        if path == "/v2/logging":
+            return await self._logging(receive, send, method)
+        match = _SERVER_ROUTE.fullmatch(path)
+        if match is not None:
+            if method != "GET":
+                return await _not_allowed(send)
+            kind = match.group(1)
+            if kind is None:
+                return await self._json(send, self.service.server_metadata())
+            ok = self.service.live() if kind == "live" else self.service.ready()
+            return await _respond(send, 200 if ok else 400, b"", [_TEXT])
+        match = _SYSTEM_SHM_ROUTE.fullmatch(path)
+        if match is not None:
+            return await self._system_shm(receive, send, method, _segment(match.group(1)), match.group(2))
+        match = _CUDA_SHM_ROUTE.fullmatch(path)
+        if match is not None:
+            return await self._cuda_shm(receive, send, method, _segment(match.group(1)), match.group(2))
+        match = _REPOSITORY_ROUTE.fullmatch(path)
+        if match is not None:
+            repository, _, model, action = match.groups()
+            return await self._repository(
+                receive, send, method, _segment(repository), _segment(model), action or "index"
+            )
+        if path == "/v2/trace/setting":
+            return await self._trace(receive, send, method, "")
+        return await _not_found(send)
+
+    # inference -------------------------------------------------------------------------------------
+    async def _infer(self, scope: Scope, receive: Receive, send: Send, model: str, version: str) -> None:
+        content_length = -1
+        header_value: bytes | None = None
+        content_encoding = b""
+        accept_encoding = b""
+        for key, value in scope["headers"]:
+            if key == b"content-length":
+                content_length = int(value) if value.isdigit() else -1
+            elif key == b"inference-header-content-length":
+                header_value = value
+            elif key == b"content-encoding":
+                content_encoding = value
+            elif key == b"accept-encoding":
+                accept_encoding = value
+        limit = self.max_input_size
+        if content_length > limit:
+            raise _too_large(content_length, limit, header_value is None)
+        body = await _read_body(receive, limit, header_value is None)
+        if content_encoding and content_encoding != b"identity":
+            encoding = content_encoding.decode("latin-1").strip().lower()
+            if encoding not in ("gzip", "deflate"):
+                raise _HttpError(
+                    ErrorCode.UNSUPPORTED,
+                    "Unsupported compression type",
+                    [(b"accept-encoding", b"gzip, deflate")],
+                )
+            body = _decompress(body, encoding, limit)
+
+        try:
+            header_length = None if header_value is None else parse_header_length(header_value, len(body))
+            if header_length == 0:
+                config = self.service.model_config(model, version)
+                request, binary_default = decode_raw_request(body, model, version, config)
+            else:
+                request, binary_default = decode_request(
+                    body,
+                    model,
+                    version,
+                    header_length=header_length,
+                    max_input_size=limit,
+                    shm=self._shm_view,
+                )
+        except TritonError:
+            # as in Triton, a request for a model that is not there says so, whatever its body
+            if not self.service.model_ready(model, version):
+                self.service.model_metadata(model, version)
+            raise
+        response = await self.service.infer(request)
+        payload, json_length = encode_response(response, request.outputs, binary_default, shm=self._shm_view)
+        if json_length is None:
+            headers = [_JSON]
+        else:
+            headers = [_OCTET, (b"inference-header-content-length", str(json_length).encode())]
+        if accept_encoding:
+            chosen = response_encoding(accept_encoding.decode("latin-1"))
+            if chosen != "identity":
+                payload = _compress(payload, chosen)
+                headers.append((b"content-encoding", chosen.encode()))
+        await _respond(send, 200, payload, headers)
+
+    # models ----------------------------------------------------------------------------------------
+    async def _model(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        method: str,
+        model: str,
+        version: str,
+        action: str | None,
+    ) -> None:
+        service = self.service
+        if action == "trace/setting":
+            if version:  # Triton has no per-version trace settings: no such route
+                return await _not_found(send)
+            return await self._trace(receive, send, method, model)
+        if action in ("generate", "generate_stream"):
+            if method != "POST":
+                return await _not_allowed(send)
+            raise unsupported(f"the '{action}' extension is not supported by this server")
+        if method != "GET":
+            return await _not_allowed(send)
+        if action is None:
+            return await self._json(send, service.model_metadata(model, version))
+        if action == "ready":
+            if service.model_ready(model, version):
+                return await _respond(send, 200, b"", [_TEXT])
+            return await _respond(send, 400, b'{"error":"Model version not ready"}', [_TEXT])
+        if action == "config":
+            return await self._json(send, service.model_config(model, version))
+        return await self._json(send, service.statistics(model, version))  # stats
+
+    # repository ------------------------------------------------------------------------------------
+    async def _repository(
+        self, receive: Receive, send: Send, method: str, repository: str, model: str, action: str
+    ) -> None:
+        if method != "POST":
+            return await _not_allowed(send)
+        document = await self._optional_json(receive)
+        if action == "index":  # a repository name is accepted and ignored here, as in Triton
+            ready = document.get("ready", False)
+            if type(ready) is not bool:
+                raise invalid_arg("Invalid value for 'ready': expected a boolean")
+            return await self._json(send, self.service.repository_index(ready))
+        if repository:
+            raise unsupported("'repository_name' specification is not supported")
+        params = document.get("parameters", {})
+        if type(params) is not dict:
+            raise invalid_arg("Unable to parse 'parameters': attempt to get members for non-object")
+        if action == "load":
+            config: str | None = None
+            for key, value in params.items():
+                if type(value) is not str:
+                    raise invalid_arg(f"Unable to parse '{key}': attempt to access JSON non-string as string")
+                if key == "config":
+                    config = value
+                elif key.startswith("file:"):
+                    raise unsupported(f"loading model files from the request ('{key}') is not supported")
+                else:
+                    raise invalid_arg(
+                        f"unexpected load parameter '{key}': expected 'config' or 'file:<path>'"
+                    )
+            await self.service.load(model, config)
+        else:
+            dependents = params.get("unload_dependents", False)
+            if type(dependents) is not bool:
+                raise invalid_arg(
+                    "Unable to parse 'unload_dependents': attempt to access JSON non-boolean as boolean"
+                )
+            await self.service.unload(model, dependents)
+        await _respond(send, 200, b"")
+
+    # logging and trace -----------------------------------------------------------------------------
+    async def _logging(self, receive: Receive, send: Send, method: str) -> None:
+        if method == "GET":
+            return await self._json(send, self.service.update_log_settings({}))
+        if method != "POST":
+            return await _not_allowed(send)
+        document = parse_json(await _read_body(receive, self.max_input_size, True))
+        changes = {}
+        if type(document) is dict:  # Triton ignores unknown keys, nulls and non-object bodies
+            changes = {k: document[k] for k in _LOG_KEYS if document.get(k) is not None}
+        await self._json(send, self.service.update_log_settings(changes))
+
+    async def _trace(self, receive: Receive, send: Send, method: str, model: str) -> None:
+        if method not in ("GET", "POST"):
+            return await _not_allowed(send)
+        if model and not self.service.model_ready(model):
+            raise invalid_arg(f"Request for unknown model : {model}")
+        if method == "GET":
+            return await self._json(send, self.service.trace_settings(model))
+        document = parse_json(await _read_body(receive, self.max_input_size, True))
+        changes: dict[str, Any] = {}
+        if type(document) is dict:  # unknown keys are ignored, as in Triton
+            for key in _TRACE_KEYS:
+                if key not in document:
+                    continue
+                value = document[key]
+                if key == "trace_level":
+                    if value is not None and (
+                        type(value) is not list or any(type(v) is not str for v in value)
+                    ):
+                        raise invalid_arg("Unable to parse 'trace_level': expected an array of strings")
+                elif value is not None and type(value) is not str:
+                    raise invalid_arg(f"Unable to parse '{key}': attempt to access JSON non-string as string")
+                changes[key] = value
+        await self._json(send, self.service.update_trace_settings(changes, model))
+
+    # shared memory ---------------------------------------------------------------------------------
+    async def _system_shm(self, receive: Receive, send: Send, method: str, region: str, action: str) -> None:
+        if method != ("GET" if action == "status" else "POST"):
+            return await _not_allowed(send)
+        if action == "status":
+            return await self._json(send, self.shm.status(region))
+        if action == "unregister":
+            self.shm.unregister(region)
+            return await _respond(send, 200, b"")
+        if not region:
+            raise invalid_arg("'region name' is necessary to register system shared memory region")
+        if not self.allow_client_shm:
+            raise unavailable(SHM_DISABLED)
+        document = parse_json(await _read_body(receive, self.max_input_size, True))
+        if type(document) is not dict:
+            document = {}
+        if "key" not in document:
+            raise invalid_arg("Shared memory register request has no 'key' field")
+        key = document["key"]
+        if type(key) is not str:
+            raise invalid_arg("Unable to parse 'key': attempt to access JSON non-string as string")
+        offset = document.get("offset", 0)
+        if "byte_size" not in document:
+            raise invalid_arg("Shared memory register request has no 'byte_size' field")
+        byte_size = document["byte_size"]
+        for field, value in (("offset", offset), ("byte_size", byte_size)):
+            if type(value) is not int or value < 0:
+                raise invalid_arg(
+                    f"Unable to parse '{field}': attempt to access JSON non-unsigned-integer as "
+                    "unsigned-integer"
+                )
+        self.shm.register(region, key, offset, byte_size)
+        await _respond(send, 200, b"")
+
+    async def _cuda_shm(self, receive: Receive, send: Send, method: str, region: str, action: str) -> None:
+        if method != ("GET" if action == "status" else "POST"):
+            return await _not_allowed(send)
+        if action == "status":
+            if region:
+                raise TritonError(
+                    ErrorCode.NOT_FOUND, f"Unable to find cuda shared memory region: '{region}'"
+                )
+            return await self._json(send, [])
+        if action == "unregister":
+            return await _respond(send, 200, b"")
+        if not region:
+            raise invalid_arg("'region name' is necessary to register cuda shared memory region")
+        raise unsupported(f"failed to register CUDA shared memory region: '{region}', GPUs not supported")
+
+    # helpers ---------------------------------------------------------------------------------------
+    async def _json(self, send: Send, value: Any) -> None:
+        await _respond(send, 200, orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY))
+
+    async def _optional_json(self, receive: Receive) -> dict[str, Any]:
+        """An optional JSON object body (an empty body is {}); anything but an object counts as {}."""
+        body = await _read_body(receive, self.max_input_size, True)
+        if not body:
+            return {}
+        document = parse_json(body)
+        return document if type(document) is dict else {}
+
+    def close(self) -> None:
+        if self._owns_shm:
+            self.shm.close()
+
+
+def _segment(value: str | None) -> str:
+    if not value:
+        return ""
+    return unquote(value) if "%" in value else value
+
+
+async def _read_body(receive: Receive, limit: int, json_only: bool) -> bytes | bytearray:
+    """The whole request body, at most `limit` bytes. A body in one piece is returned as is; one in
+    several pieces is gathered into a bytearray (so tensors viewing it are writable)."""
+    message = await receive()
+    if message["type"] != "http.request":
+        raise _Disconnected
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False):
+        if len(body) > limit:
+            raise _too_large(len(body), limit, json_only)
+        return body
+    gathered = bytearray(body)
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise _Disconnected
+        gathered += message.get("body", b"")
+        if len(gathered) > limit:
+            raise _too_large(len(gathered), limit, json_only)
+        if not message.get("more_body", False):
+            return gathered
+
+
+async def _respond(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    response_headers = [_JSON] if headers is None else headers
+    response_headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": response_headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _not_found(send: Send) -> None:
+    await _respond(send, 404, _NOT_FOUND)
+
+
+async def _not_allowed(send: Send) -> None:
+    await _respond(send, 405, _NOT_ALLOWED)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def create_http_app(
+    service: InferenceService,
+    *,
+    max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
+    allow_client_shm: bool = False,
+    shm_registry: SharedMemoryRegistry | None = None,
+) -> HttpFrontend:
+    """The ASGI app of the KServe v2 REST API over `service`. `max_input_size` bounds request bodies
+    (tritonserver --http-max-input-size); `allow_client_shm` enables client system shared memory
+    (--allow-client-shm), in `shm_registry` if given (to share the regions with another front end)."""
+    return HttpFrontend(service, max_input_size, allow_client_shm, shm_registry)
+
+
+# serving ---------------------------------------------------------------------------------------------
+@dataclass
+class HttpServerHandle:
+    """A running HTTP server: its bound `port`, and `shutdown()` (stop accepting, finish what is in
+    flight, close)."""
+
+    port: int
+    _server: Any
+    _sockets: list[socket.socket]
+    _app: Any
+
+    async def shutdown(self) -> None:
+        server = self._server
+        server.should_exit = True
+        await server.shutdown(sockets=self._sockets)
+        close = getattr(self._app, "close", None)
+        if callable(close):
+            close()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind((host, port))
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def serve_http(app: ASGIApp, host: str, port: int) -> HttpServerHandle:
+    """Serve `app` on host:port (0: any free port; the handle tells which) from the running event loop
+    with uvicorn's httptools protocol. Signals are left to the caller; raises OSError when the address
+    cannot be bound."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http="httptools",
+        loop="none",
+        lifespan="off",
+        ws="none",
+        interface="asgi3",
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        date_header=False,
+        proxy_headers=False,
+        timeout_keep_alive=75,
+        timeout_graceful_shutdown=10,
+    )
+    config.load()
+    server = uvicorn.Server(config)
+    server.lifespan = config.lifespan_class(config)
+    sock = _bind(host, port)
+    try:
+        await server.startup(sockets=[sock])
+    except BaseException:
+        sock.close()
+        raise
+    return HttpServerHandle(int(sock.getsockname()[1]), server, [sock], app)
