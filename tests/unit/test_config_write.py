@@ -1,0 +1,62 @@
+"""Configs written back as canonical pbtxt parse to the same config; Triton's JSON form keeps int64
+fields as numbers; a python model's auto_complete_config completes its config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from server.config.complete import complete_config
+from server.config.parse import parse_config_text, read_config
+from server.config.write import from_json_dict, to_json_dict, to_pbtxt
+from server.repository.layout import scan_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_example_config_round_trips_through_canonical_pbtxt() -> None:
+    for path in sorted((ROOT / "model_repository").glob("*/config.pbtxt")):
+        config, _ = read_config(path)
+        text = to_pbtxt(config)
+        assert parse_config_text(text, path) == config, path
+        assert to_pbtxt(parse_config_text(text, path)) == text  # canonical: writing again changes nothing
+
+
+def test_json_form_writes_int64_fields_as_numbers() -> None:
+    config = parse_config_text(
+        'name: "m"\nmax_batch_size: 8\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ -1, 3 ] } ]\n'
+        "dynamic_batching { max_queue_delay_microseconds: 100 }\n",
+        Path("config.pbtxt"),
+    )
+    data = to_json_dict(config)
+    assert data["input"][0]["dims"] == [-1, 3]
+    assert data["dynamic_batching"]["max_queue_delay_microseconds"] == 100
+    assert data["input"][0]["data_type"] == "TYPE_FP32"
+    assert from_json_dict(data) == config
+
+
+def test_python_auto_complete_fills_a_config_that_names_only_the_backend(tmp_path: Path) -> None:
+    folder = tmp_path / "auto"
+    (folder / "1").mkdir(parents=True)
+    (folder / "1" / "model.py").write_text(
+        "class TritonPythonModel:\n"
+        "    @staticmethod\n"
+        "    def auto_complete_config(config):\n"
+        "        config.add_input({'name': 'IN', 'data_type': 'TYPE_FP32', 'dims': [4]})\n"
+        "        config.add_output({'name': 'OUT', 'data_type': 'TYPE_FP32', 'dims': [4]})\n"
+        "        config.set_max_batch_size(16)\n"
+        "        config.set_dynamic_batching()\n"
+        "        return config\n"
+        "    def execute(self, requests):\n"
+        "        return []\n"
+    )
+    (folder / "config.pbtxt").write_text('backend: "python"\n')
+    raw, _ = read_config(folder / "config.pbtxt")
+    completed = to_json_dict(complete_config(raw, scan_model(folder, tmp_path)))
+    assert completed["name"] == "auto"
+    assert completed["max_batch_size"] == 16
+    assert [(i["name"], i["dims"]) for i in completed["input"]] == [("IN", [4])]
+    assert [(o["name"], o["dims"]) for o in completed["output"]] == [("OUT", [4])]
+    assert "dynamic_batching" in completed
+    assert completed["default_model_filename"] == "model.py"
+    assert completed["instance_group"][0]["kind"] == "KIND_CPU"
+    assert completed["instance_group"][0]["count"] == 1
