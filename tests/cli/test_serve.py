@@ -1,0 +1,139 @@
+"""`tcli serve` as a user runs it: start-up tables, Triton's flags, a clean stop on SIGTERM that lets
+in-flight requests finish."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from tests.cli.conftest import ROOT
+
+SLOW_MODEL = """
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(0.5)  # long enough for SIGTERM to arrive while the request is in flight
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
+            for r in requests
+        ]
+"""
+
+SLOW_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
+"""
+
+
+class Served:
+    def __init__(self, *args: str) -> None:
+        tcli = Path(sys.executable).parent / "tcli"
+        env = {**os.environ, "COLUMNS": "200"}
+        self.process = subprocess.Popen(
+            [str(tcli), "serve", *args, "--http-port", "0", "--metrics-port", "0", "--allow-grpc=false"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self.port = 0
+        deadline = time.monotonic() + 60
+        assert self.process.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            match = re.search(r"Started HTTP on [\d.]+:(\d+)", line)
+            if match:
+                self.port = int(match.group(1))
+                break
+        assert self.port, "".join(self.lines)
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+        return self.process.wait(60)
+
+
+@pytest.fixture
+def slow_repo(tmp_path: Path) -> Path:
+    (tmp_path / "slow" / "1").mkdir(parents=True)
+    (tmp_path / "slow" / "config.pbtxt").write_text(SLOW_CONFIG)
+    (tmp_path / "slow" / "1" / "model.py").write_text(SLOW_MODEL)
+    shutil.copytree(ROOT / "model_repository" / "simple", tmp_path / "simple")
+    return tmp_path
+
+
+def test_serve_prints_startup_tables_and_serves(slow_repo: Path) -> None:
+    served = Served(str(slow_repo))
+    try:
+        client = httpclient.InferenceServerClient(f"localhost:{served.port}")
+        assert client.is_server_ready()
+        assert client.is_model_ready("simple") and client.is_model_ready("slow")
+        text = served.output()
+        for title in ("Backends", "Models", "Options"):
+            assert title in text
+        assert "model_control_mode" in text and "strict_readiness" in text
+    finally:
+        assert served.stop() == 0
+
+
+def test_sigterm_drains_in_flight_requests(slow_repo: Path) -> None:
+    served = Served("--model-repository", str(slow_repo), "--exit-timeout-secs", "10")
+    client = httpclient.InferenceServerClient(f"localhost:{served.port}", concurrency=2)
+    data = np.array([1.5, 2.5], np.float32)
+    infer_input = httpclient.InferInput("IN", [2], "FP32")
+    infer_input.set_data_from_numpy(data)
+    pending = client.async_infer("slow", [infer_input])
+    time.sleep(0.2)  # the request is now executing inside the model
+    code = served.stop()
+    result = pending.get_result()
+    assert result.as_numpy("OUT").tolist() == [1.5, 2.5]
+    assert code == 0
+
+
+def test_triton_style_boolean_flags_are_checked(tmp_path: Path) -> None:
+    tcli = Path(sys.executable).parent / "tcli"
+    done = subprocess.run(
+        [str(tcli), "serve", str(ROOT / "model_repository"), "--strict-readiness=maybe"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "--strict-readiness expects true or false, got 'maybe'" in done.stderr
+    assert "Traceback" not in done.stderr
+    missing = subprocess.run(
+        [str(tcli), "serve", str(tmp_path / "nope")], capture_output=True, text=True, timeout=60
+    )
+    assert missing.returncode == 1 and "is not a directory" in missing.stderr
