@@ -29,7 +29,8 @@ def instance_specs(config: ModelConfig) -> list[InstanceSpec]:
     specs = []
     for group in config.instance_group:
         kind = enum_name(group, "kind")
-        devices = list(group.gpus) if kind == "KIND_GPU" else [0]
+        # a GPU group without gpus (none visible) still yields instances, so their load fails clearly
+        devices = (list(group.gpus) or [0]) if kind == "KIND_GPU" else [0]
         index = 0
         for device in devices:
             for _ in range(max(group.count, 1)):
