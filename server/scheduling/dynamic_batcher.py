@@ -238,7 +238,7 @@ class DynamicBatcher(Scheduler):
                 self._wake_key = key
                 self._work.notify()
 
-    def next_batch(self) -> list[WorkItem] | None:
+    def next_batch(self, worker: int = 0) -> list[WorkItem] | None:
         while True:
             with self._lock:
                 batch, expired = self._next_locked()

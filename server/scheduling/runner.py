@@ -88,7 +88,10 @@ class ModelRunner:
         workers = self._instances[:1] if getattr(self.scheduler, "serial", False) else self._instances
         for index, instance in enumerate(workers):
             thread = threading.Thread(
-                target=self._work, args=(instance,), name=f"{self.name}_{self.version}_{index}", daemon=True
+                target=self._work,
+                args=(instance, index),
+                name=f"{self.name}_{self.version}_{index}",
+                daemon=True,
             )
             thread.start()
             self._threads.append(thread)
@@ -112,9 +115,9 @@ class ModelRunner:
         item = WorkItem(request, request.batch_size(self.batched), complete)
         self.scheduler.enqueue(item)
 
-    def _work(self, instance: TensorModel | RequestModel) -> None:
+    def _work(self, instance: TensorModel | RequestModel, index: int) -> None:
         while True:
-            batch = self.scheduler.next_batch()
+            batch = self.scheduler.next_batch(index)
             if batch is None:
                 return
             if isinstance(instance, TensorModel):

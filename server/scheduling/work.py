@@ -38,8 +38,9 @@ class Scheduler(ABC):
         """Add a request; raise TritonError (UNAVAILABLE) when the queue refuses it."""
 
     @abstractmethod
-    def next_batch(self) -> list[WorkItem] | None:
-        """Block until a batch is ready; None once the scheduler is closed and drained."""
+    def next_batch(self, worker: int = 0) -> list[WorkItem] | None:
+        """Block until a batch is ready for instance `worker` (0..N-1); None once the scheduler is closed
+        and drained. Only schedulers that pin work to an instance (sequences) look at `worker`."""
 
     @abstractmethod
     def close(self) -> None:
@@ -63,7 +64,7 @@ class DefaultScheduler(Scheduler):
             self._queue.append(item)
             self._ready.notify()
 
-    def next_batch(self) -> list[WorkItem] | None:
+    def next_batch(self, worker: int = 0) -> list[WorkItem] | None:
         with self._ready:
             while not self._queue:
                 if self._closed:
