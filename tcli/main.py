@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from tcli.commands import repo, serve
+from tcli.commands import model, repo, serve
 
 app = typer.Typer(
     name="tcli",
@@ -18,6 +18,7 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 app.add_typer(repo.app, name="repo")
+app.add_typer(model.app, name="model")
 app.registered_commands += serve.app.registered_commands
 
 

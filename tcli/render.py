@@ -177,3 +177,80 @@ def startup_tables(server: Any) -> list[Table]:
     ):
         options.add_row(option, escape(value))
     return [backends, status, options]
+
+
+def print_table(table: Table) -> None:
+    from rich.console import Console
+
+    Console().print(table)
+
+
+def model_index_table(rows: list[dict[str, Any]], title: str = "Models") -> Table:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in ("model", "version", "state", "reason"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        state = row.get("state", "")
+        colour = "green" if state == "READY" else "yellow" if state in ("LOADING", "UNLOADING") else "red"
+        table.add_row(
+            escape(row.get("name", "")),
+            row.get("version", "-"),
+            f"[{colour}]{escape(state or 'not loaded')}[/]",
+            escape(row.get("reason", "")),
+        )
+    return table
+
+
+def metadata_table(data: dict[str, Any]) -> Table:
+    from rich.markup import escape
+    from rich.table import Table
+
+    versions = ", ".join(data.get("versions", []))
+    table = Table(title=f"{data.get('name', '')} ({data.get('platform', '')}, versions {versions})")
+    for column in ("", "name", "datatype", "shape"):
+        table.add_column(column)
+    for kind in ("inputs", "outputs"):
+        for tensor in data.get(kind, []):
+            shape = "[" + ", ".join(str(d) for d in tensor.get("shape", [])) + "]"
+            table.add_row(kind[:-1], escape(tensor["name"]), tensor["datatype"], shape)
+    return table
+
+
+def statistics_table(stats: list[dict[str, Any]]) -> Table:
+    from rich.table import Table
+
+    table = Table(title="Inference statistics")
+    for column in (
+        "model",
+        "version",
+        "success",
+        "fail",
+        "inferences",
+        "executions",
+        "avg queue us",
+        "avg infer us",
+        "avg request us",
+    ):
+        table.add_column(column, justify="right" if column not in ("model", "version") else "left")
+
+    def average_us(entry: dict[str, Any]) -> str:
+        count = int(entry.get("count", 0))
+        return f"{int(entry.get('ns', 0)) / count / 1000:.0f}" if count else "-"
+
+    for row in stats:
+        inference = row.get("inference_stats", {})
+        table.add_row(
+            row.get("name", ""),
+            str(row.get("version", "")),
+            str(inference.get("success", {}).get("count", 0)),
+            str(inference.get("fail", {}).get("count", 0)),
+            str(row.get("inference_count", 0)),
+            str(row.get("execution_count", 0)),
+            average_us(inference.get("queue", {})),
+            average_us(inference.get("compute_infer", {})),
+            average_us(inference.get("success", {})),
+        )
+    return table
