@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 REFERENCE_SETUP := ../shared/reference/setup-triton.sh
 PYTEST_ARGS ?=
 
-.PHONY: serve test lint models reference promtool clean
+.PHONY: serve test lint models reference promtool completions clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ lint: $(STAMP)
 # Rebuild the example model files (ONNX, TorchScript) from the script that trains and exports them.
 models: $(STAMP)
 	$(BIN)/python model_repository/build_models.py
+
+# Shell completion scripts in completions/, generated from the Typer app (a test fails when stale).
+completions: $(STAMP)
+	$(BIN)/python -m tcli.completions
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
