@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	@# machines pip finds torch==2.13.0 (CPU) on local disk; elsewhere PyTorch's CPU wheel index serves it.
 	$(BIN)/pip install --quiet torch==2.13.0 2>/dev/null || \
 	  $(BIN)/pip install --quiet torch --index-url https://download.pytorch.org/whl/cpu
-	$(BIN)/pip install --quiet -e '.[torch,test]'
+	$(BIN)/pip install --quiet -e '.[torch,test]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 serve: $(STAMP)
