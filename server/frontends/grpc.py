@@ -1,0 +1,345 @@
+"""The gRPC front end: `inference.GRPCInferenceService` (tritonclient's generated service) and the
+standard `grpc.health.v1.Health` service on a grpc.aio server, over InferenceService.
+
+Every RPC decodes its message with server/protocol/grpc_codec.py, calls the core facade and encodes
+the answer; errors become the gRPC status of their code (ErrorCode.grpc_status_name) with the core's
+message. ModelStreamInfer answers each request on the stream, in request order (models here are not
+decoupled), errors as `error_message` without closing the stream. Health's Check answers SERVING
+while the server is ready, NOT_SERVING otherwise, whatever service is named, as Triton does.
+
+Messages of up to INT32_MAX bytes are accepted and sent by default (Triton's limit), so real tensors
+fit; `max_message_size` lowers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
+from grpc import aio
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+from server.protocol import grpc_codec as codec
+from server.protocol.errors import ErrorCode, TritonError, invalid_arg, unavailable
+from server.protocol.json_codec import SHM_DISABLED
+from server.protocol.shm import SharedMemoryRegistry
+
+if TYPE_CHECKING:
+    from server.service import InferenceService
+
+log = logging.getLogger("tcli.server.grpc")
+
+HEALTH_SERVICE = "grpc.health.v1.Health"
+# grpc.health.v1.HealthCheckResponse{status: SERVING=1 | NOT_SERVING=2}, encoded (field 1, varint)
+_SERVING = b"\x08\x01"
+_NOT_SERVING = b"\x08\x02"
+
+_STATUS = {code: getattr(grpc.StatusCode, code.grpc_status_name) for code in ErrorCode}
+
+T = TypeVar("T")
+
+
+class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
+    """The GRPCInferenceService servicer over one InferenceService."""
+
+    def __init__(
+        self,
+        service: InferenceService,
+        *,
+        allow_client_shm: bool = False,
+        shm_registry: SharedMemoryRegistry | None = None,
+    ) -> None:
+        self.service = service
+        self.allow_client_shm = allow_client_shm
+        self._owns_shm = shm_registry is None
+        self.shm = SharedMemoryRegistry() if shm_registry is None else shm_registry
+        self._shm_view: codec.ShmView | None = self.shm.view if allow_client_shm else None
+
+    # answers ---------------------------------------------------------------------------------------
+    async def _answer(self, context: aio.ServicerContext, work: Callable[[], T]) -> T:
+        """`work()`'s result, or the call aborted with the status of the error it raised."""
+        try:
+            return work()
+        except TritonError as error:
+            await context.abort(_STATUS[error.code], error.message)
+        except Exception as exc:  # a bug still answers, and is logged with its traceback
+            log.exception("unexpected error in a gRPC call")
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+        raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+    async def _answer_async(self, context: aio.ServicerContext, work: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await work()
+        except TritonError as error:
+            await context.abort(_STATUS[error.code], error.message)
+        except Exception as exc:
+            log.exception("unexpected error in a gRPC call")
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+        raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+    # health ----------------------------------------------------------------------------------------
+    async def ServerLive(self, request: Any, context: aio.ServicerContext) -> Any:
+        return pb.ServerLiveResponse(live=self.service.live())
+
+    async def ServerReady(self, request: Any, context: aio.ServicerContext) -> Any:
+        return pb.ServerReadyResponse(ready=self.service.ready())
+
+    async def ModelReady(self, request: Any, context: aio.ServicerContext) -> Any:
+        def work() -> Any:
+            version = codec.model_version(request.version)
+            return pb.ModelReadyResponse(ready=self.service.model_ready(request.name, version))
+
+        return await self._answer(context, work)
+
+    async def health_check(self, request: bytes, context: aio.ServicerContext) -> bytes:
+        return _SERVING if self.service.ready() else _NOT_SERVING
+
+    # metadata and config ---------------------------------------------------------------------------
+    async def ServerMetadata(self, request: Any, context: aio.ServicerContext) -> Any:
+        return await self._answer(
+            context, lambda: codec.server_metadata_response(self.service.server_metadata())
+        )
+
+    async def ModelMetadata(self, request: Any, context: aio.ServicerContext) -> Any:
+        def work() -> Any:
+            version = codec.model_version(request.version)
+            return codec.model_metadata_response(self.service.model_metadata(request.name, version))
+
+        return await self._answer(context, work)
+
+    async def ModelConfig(self, request: Any, context: aio.ServicerContext) -> Any:
+        def work() -> Any:
+            version = codec.model_version(request.version)
+            return codec.model_config_response(self.service.model_config(request.name, version))
+
+        return await self._answer(context, work)
+
+    async def ModelStatistics(self, request: Any, context: aio.ServicerContext) -> Any:
+        def work() -> Any:
+            version = codec.model_version(request.version)
+            return codec.statistics_response(self.service.statistics(request.name, version))
+
+        return await self._answer(context, work)
+
+    # inference -------------------------------------------------------------------------------------
+    def _decode(self, message: Any) -> tuple[Any, bool]:
+        try:
+            return codec.decode_infer_request(message, self._shm_view)
+        except TritonError:
+            # as in Triton, a request for a model that is not there says so, whatever else is wrong
+            self._check_model(message)
+            raise
+
+    def _check_model(self, message: Any) -> None:
+        version = codec.model_version(message.model_version)
+        if not self.service.model_ready(message.model_name, version):
+            self.service.model_metadata(message.model_name, version)
+
+    async def ModelInfer(self, request: Any, context: aio.ServicerContext) -> Any:
+        try:
+            infer_request, _ = self._decode(request)
+            response = await self.service.infer(infer_request)
+            return codec.encode_infer_response(response, infer_request.outputs, self._shm_view)
+        except TritonError as error:
+            await context.abort(_STATUS[error.code], error.message)
+        except Exception as exc:
+            log.exception("unexpected error in ModelInfer")
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+    async def _stream_one(self, message: Any) -> Any:
+        try:
+            infer_request, _ = self._decode(message)
+            response = await self.service.infer(infer_request)
+            return codec.stream_response(
+                codec.encode_infer_response(response, infer_request.outputs, self._shm_view)
+            )
+        except TritonError as error:
+            return codec.stream_error(error.message, message.id)
+        except Exception as exc:
+            log.exception("unexpected error in ModelStreamInfer")
+            return codec.stream_error(f"internal error: {type(exc).__name__}: {exc}", message.id)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[Any], context: aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        """Reads requests and starts each as it arrives (so a sequence's requests reach the core in
+        stream order); writes the answers in the same order."""
+        loop = asyncio.get_running_loop()
+        pending: asyncio.Queue[asyncio.Task[Any] | None] = asyncio.Queue()
+
+        async def read() -> None:
+            try:
+                async for message in request_iterator:
+                    pending.put_nowait(loop.create_task(self._stream_one(message)))
+            finally:
+                pending.put_nowait(None)
+
+        reader = loop.create_task(read())
+        try:
+            while True:
+                task = await pending.get()
+                if task is None:
+                    break
+                yield await task
+            await reader  # re-raises a failed read (the client went away): the call ends
+        finally:
+            reader.cancel()
+            while not pending.empty():
+                leftover = pending.get_nowait()
+                if leftover is not None:
+                    leftover.cancel()
+
+    # repository ------------------------------------------------------------------------------------
+    async def RepositoryIndex(self, request: Any, context: aio.ServicerContext) -> Any:
+        def work() -> Any:
+            _require_no_repository(request.repository_name)
+            return codec.repository_index_response(self.service.repository_index(request.ready))
+
+        return await self._answer(context, work)
+
+    async def RepositoryModelLoad(self, request: Any, context: aio.ServicerContext) -> Any:
+        async def work() -> Any:
+            _require_no_repository(request.repository_name)
+            config = codec.load_parameters(request)
+            await self.service.load(request.model_name, config)
+            return pb.RepositoryModelLoadResponse()
+
+        return await self._answer_async(context, work)
+
+    async def RepositoryModelUnload(self, request: Any, context: aio.ServicerContext) -> Any:
+        async def work() -> Any:
+            _require_no_repository(request.repository_name)
+            dependents = codec.unload_dependents(request)
+            await self.service.unload(request.model_name, dependents)
+            return pb.RepositoryModelUnloadResponse()
+
+        return await self._answer_async(context, work)
+
+    # shared memory ---------------------------------------------------------------------------------
+    async def SystemSharedMemoryStatus(self, request: Any, context: aio.ServicerContext) -> Any:
+        return await self._answer(
+            context, lambda: codec.system_shm_status_response(self.shm.status(request.name))
+        )
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: aio.ServicerContext) -> Any:
+        def work() -> Any:
+            if not self.allow_client_shm:
+                raise unavailable(SHM_DISABLED)
+            self.shm.register(request.name, request.key, request.offset, request.byte_size)
+            return pb.SystemSharedMemoryRegisterResponse()
+
+        return await self._answer(context, work)
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: aio.ServicerContext) -> Any:
+        def work() -> Any:
+            self.shm.unregister(request.name)
+            return pb.SystemSharedMemoryUnregisterResponse()
+
+        return await self._answer(context, work)
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: aio.ServicerContext) -> Any:
+        return await self._answer(context, lambda: codec.cuda_shm_status(request.name))
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: aio.ServicerContext) -> Any:
+        def work() -> Any:
+            raise codec.cuda_shm_register_error(request.name)
+
+        return await self._answer(context, work)
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: aio.ServicerContext) -> Any:
+        return pb.CudaSharedMemoryUnregisterResponse()  # nothing can be registered without a GPU
+
+    # logging and trace -----------------------------------------------------------------------------
+    async def LogSettings(self, request: Any, context: aio.ServicerContext) -> Any:
+        def work() -> Any:
+            changes = codec.log_settings_changes(request)
+            return codec.log_settings_response(self.service.update_log_settings(changes))
+
+        return await self._answer(context, work)
+
+    async def TraceSetting(self, request: Any, context: aio.ServicerContext) -> Any:
+        def work() -> Any:
+            model = request.model_name
+            if model and not self.service.model_ready(model):
+                raise invalid_arg(f"Request for unknown model : {model}")
+            if request.settings:
+                settings = self.service.update_trace_settings(codec.trace_settings_changes(request), model)
+            else:
+                settings = self.service.trace_settings(model)
+            return codec.trace_settings_response(settings)
+
+        return await self._answer(context, work)
+
+    def close(self) -> None:
+        if self._owns_shm:
+            self.shm.close()
+
+
+def _require_no_repository(name: str) -> None:
+    if name:
+        raise TritonError(ErrorCode.UNSUPPORTED, "'repository_name' specification is not supported")
+
+
+def health_handler(frontend: GrpcFrontend) -> grpc.GenericRpcHandler:
+    """grpc.health.v1.Health with its Check method (Watch is UNIMPLEMENTED, as in Triton), on raw
+    bytes: the two messages are one field each."""
+    return grpc.method_handlers_generic_handler(
+        HEALTH_SERVICE, {"Check": grpc.unary_unary_rpc_method_handler(frontend.health_check)}
+    )
+
+
+# serving ---------------------------------------------------------------------------------------------
+@dataclass
+class GrpcServerHandle:
+    """A running gRPC server: its bound `port`, and `shutdown()` (stop accepting, let calls in flight
+    finish for up to `grace` seconds, close)."""
+
+    port: int
+    server: aio.Server
+    frontend: GrpcFrontend
+    grace: float = 5.0
+
+    async def shutdown(self) -> None:
+        await self.server.stop(self.grace)
+        self.frontend.close()
+
+
+def server_options(max_message_size: int = codec.MAX_GRPC_MESSAGE_SIZE) -> list[tuple[str, Any]]:
+    return [
+        ("grpc.max_receive_message_length", max_message_size),
+        ("grpc.max_send_message_length", max_message_size),
+        ("grpc.so_reuseport", 0),  # a port in use is an error, not shared silently (Triton's default)
+    ]
+
+
+async def serve_grpc(
+    service: InferenceService,
+    host: str,
+    port: int,
+    *,
+    allow_client_shm: bool = False,
+    shm_registry: SharedMemoryRegistry | None = None,
+    max_message_size: int = codec.MAX_GRPC_MESSAGE_SIZE,
+) -> GrpcServerHandle:
+    """Serve GRPCInferenceService and Health for `service` on host:port (0: any free port; the handle
+    tells which) from the running event loop. `allow_client_shm` enables client system shared memory
+    (--allow-client-shm), kept in `shm_registry` when given (to share regions with the HTTP front end).
+    Raises OSError when the address cannot be bound."""
+    frontend = GrpcFrontend(service, allow_client_shm=allow_client_shm, shm_registry=shm_registry)
+    server = aio.server(options=server_options(max_message_size))
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(frontend, server)
+    server.add_generic_rpc_handlers((health_handler(frontend),))
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise OSError(f"gRPC server could not bind {address}: {exc}") from None
+    if bound == 0:
+        raise OSError(f"gRPC server could not bind {address}")
+    await server.start()
+    return GrpcServerHandle(bound, server, frontend)
