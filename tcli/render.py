@@ -254,3 +254,49 @@ def statistics_table(stats: list[dict[str, Any]]) -> Table:
             average_us(inference.get("success", {})),
         )
     return table
+
+
+def _output_values(array: Any) -> Any:
+    """An output as JSON-ready values: BYTES decoded as UTF-8 text where they are text."""
+    import numpy as np
+
+    if array.dtype == object or array.dtype.kind in ("S", "U"):
+        items = [
+            v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in array.reshape(-1)
+        ]
+        return np.array(items, dtype=object).reshape(array.shape).tolist()
+    return array.tolist()
+
+
+def output_json(name: str, datatype: str, array: Any) -> dict[str, Any]:
+    """One output as KServe v2 writes it (name, datatype, shape), with the data nested by shape."""
+    return {"name": name, "datatype": datatype, "shape": list(array.shape), "data": _output_values(array)}
+
+
+def infer_result_json(result: Any) -> dict[str, Any]:
+    """`tcli infer --format json`: the response's model, version, id and every output."""
+    answer: dict[str, Any] = {"model_name": result.model_name, "model_version": result.model_version}
+    if result.id:
+        answer["id"] = result.id
+    answer["outputs"] = [
+        output_json(name, result.datatypes.get(name, ""), array) for name, array in result.outputs.items()
+    ]
+    return answer
+
+
+def infer_outputs_table(result: Any) -> Table:
+    """`tcli infer` in the generic mode: one row per output with its values (long ones elided)."""
+    import numpy as np
+    from rich.markup import escape
+    from rich.table import Table
+
+    version = f" version {result.model_version}" if result.model_version else ""
+    table = Table(title=f"{result.model_name}{version}")
+    for column in ("output", "datatype", "shape", "values"):
+        table.add_column(column, overflow="fold")
+    for name, array in result.outputs.items():
+        values = np.asarray(_output_values(array), dtype=object) if array.dtype == object else array
+        text = np.array2string(values, threshold=200, edgeitems=4, max_line_width=100, separator=", ")
+        shape = "[" + ", ".join(str(d) for d in array.shape) + "]"
+        table.add_row(escape(name), result.datatypes.get(name, ""), shape, escape(text))
+    return table
