@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -126,12 +127,41 @@ class GrpcClient:
         request_id: str = "",
         parameters: dict[str, Any] | None = None,
     ) -> InferResult:
+        request = self._build_request(model, inputs, outputs, version, request_id, parameters)
+        return _parse_response(self._call("ModelInfer", request))
+
+    def stream_infer(
+        self,
+        model: str,
+        requests: list[tuple[list[InferInput], list[RequestedOutput] | None, str]],
+        version: str = "",
+    ) -> Iterator[InferResult]:
+        """Send (inputs, outputs, request_id) requests over one ModelStreamInfer stream; yields a result
+        per response as it arrives (match them by id). A response carrying an error raises ClientError."""
+        messages = [self._build_request(model, i, o, version, rid, None) for i, o, rid in requests]
+        try:
+            for answer in self._stub.ModelStreamInfer(iter(messages), timeout=self.timeout):
+                if answer.error_message:
+                    raise ClientError(answer.error_message)
+                yield _parse_response(answer.infer_response)
+        except self._grpc.RpcError as exc:
+            raise ClientError(exc.details() or exc.code().name, exc.code().name) from None
+
+    def _build_request(
+        self,
+        model: str,
+        inputs: list[InferInput],
+        outputs: list[RequestedOutput] | None,
+        version: str,
+        request_id: str,
+        parameters: dict[str, Any] | None,
+    ) -> Any:
         request = self._pb.ModelInferRequest(model_name=model, model_version=version, id=request_id)
         for key, value in (parameters or {}).items():
             _set_parameter(request.parameters[key], value)
         for tensor in inputs:
-            entry = request.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
-            del entry  # data travels in raw_input_contents, as tritonclient sends it
+            # data travels in raw_input_contents, as tritonclient sends it
+            request.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
             raw = (
                 serialize_bytes(tensor.data)
                 if tensor.datatype == "BYTES"
@@ -142,21 +172,24 @@ class GrpcClient:
             requested = request.outputs.add(name=output.name)
             if output.class_count:
                 requested.parameters["classification"].int64_param = output.class_count
-        answer = self._call("ModelInfer", request)
-        result = InferResult(answer.model_name, answer.model_version, answer.id)
-        for index, output in enumerate(answer.outputs):
-            shape = list(output.shape)
-            if index < len(answer.raw_output_contents):
-                raw = answer.raw_output_contents[index]
-                if output.datatype == "BYTES":
-                    array = np.array(deserialize_bytes(raw), dtype=object).reshape(shape)
-                else:
-                    array = np.frombuffer(raw, dtype=datatypes.wire_to_numpy(output.datatype)).reshape(shape)
+        return request
+
+
+def _parse_response(answer: Any) -> InferResult:
+    result = InferResult(answer.model_name, answer.model_version, answer.id)
+    for index, output in enumerate(answer.outputs):
+        shape = list(output.shape)
+        if index < len(answer.raw_output_contents):
+            raw = answer.raw_output_contents[index]
+            if output.datatype == "BYTES":
+                array = np.array(deserialize_bytes(raw), dtype=object).reshape(shape)
             else:
-                array = np.array(list(output.contents.bytes_contents), dtype=object).reshape(shape)
-            result.outputs[output.name] = array
-            result.datatypes[output.name] = output.datatype
-        return result
+                array = np.frombuffer(raw, dtype=datatypes.wire_to_numpy(output.datatype)).reshape(shape)
+        else:
+            array = np.array(list(output.contents.bytes_contents), dtype=object).reshape(shape)
+        result.outputs[output.name] = array
+        result.datatypes[output.name] = output.datatype
+    return result
 
 
 def _set_parameter(parameter: Any, value: Any) -> None:

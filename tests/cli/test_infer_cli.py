@@ -197,6 +197,7 @@ def digit_accuracy(out: str, batch_size: int) -> float:
         ("http", ["-a"], False),
         ("grpc", ["-b", "4", "-a"], True),
         ("grpc", [], False),
+        ("grpc", ["-b", "2", "--streaming"], False),
     ],
 )
 def test_digits_are_recognised(
