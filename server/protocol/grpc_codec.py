@@ -34,8 +34,6 @@ RESERVED_REQUEST_PARAMETERS = ("triton_enable_empty_final_response",)
 FINAL_RESPONSE = "triton_final_response"
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-_UINT32_MAX = 2**32 - 1
 _UINT64_MOD = 2**64
 _LENGTH = struct.Struct("<I")
 
@@ -691,47 +689,28 @@ def log_settings_response(settings: Mapping[str, Any]) -> Any:
 
 
 # ------------------------------------------------------------------------------------------ trace
-_TRACE_NUMBERS = {  # setting -> (lowest, highest) accepted, as Triton parses them (std::stoi)
-    "trace_rate": (0, _UINT32_MAX),
-    "trace_count": (-1, _INT32_MAX),
-    "log_frequency": (0, _UINT32_MAX),
-}
+_TRACE_SETTINGS = ("trace_file", "trace_level", "trace_rate", "trace_count", "log_frequency")
 
 
 def trace_settings_changes(message: Any) -> dict[str, Any]:
-    """The settings a TraceSettingRequest changes: None clears a model's override (an empty value
-    list); trace_level is a list; the others one string. Unknown keys are ignored, as Triton does."""
+    """The settings a TraceSettingRequest changes, as the core takes them: trace_level a list of
+    names, the others one string (the core reads and checks the values); an empty value list is None
+    (back to the global value, or the default). Unknown keys are ignored, as Triton does."""
     changes: dict[str, Any] = {}
     settings = message.settings
-    for key in ("trace_file", "trace_level", "trace_rate", "trace_count", "log_frequency"):
+    for key in _TRACE_SETTINGS:
         if key not in settings:
             continue
         values = list(settings[key].value)
         if not values:
             changes[key] = None
         elif key == "trace_level":
-            if "OFF" in values and len(values) > 1:
-                raise invalid_arg("Expect only one trace level 'OFF' is specified")
             changes[key] = values
         elif len(values) > 1:
             raise invalid_arg(f"expect only 1 value for '{key}'")
-        elif key == "trace_file":
-            changes[key] = values[0]
         else:
-            changes[key] = str(_trace_number(key, values[0]))
+            changes[key] = values[0]
     return changes
-
-
-def _trace_number(key: str, text: str) -> int:
-    low, high = _TRACE_NUMBERS[key]
-    number = _leading_integer(text)
-    if number is None:
-        raise invalid_arg(f"Unable to parse '{key}', got: {text}")
-    if not _INT32_MIN <= number <= _INT32_MAX:
-        raise invalid_arg(f"Unable to parse '{key}', value is out of range [ {low}, {high} ], got: {text}")
-    if key == "trace_count" and number < low:
-        raise invalid_arg(f"Unable to parse '{key}'. Expecting value >= {low}, got: {text}")
-    return number
 
 
 def trace_settings_response(settings: Mapping[str, Any]) -> Any:

@@ -572,15 +572,9 @@ def test_trace_settings() -> None:
         "trace_count": None,
         "trace_level": ["TIMESTAMPS", "TENSORS"],
     }
-    for key, values, message in [
-        ("trace_rate", ["x"], "Unable to parse 'trace_rate', got: x"),
-        ("trace_rate", ["1", "2"], "expect only 1 value for 'trace_rate'"),
-        ("trace_count", ["-2"], "Unable to parse 'trace_count'. Expecting value >= -1, got: -2"),
-        ("trace_level", ["OFF", "TENSORS"], "Expect only one trace level 'OFF' is specified"),
-    ]:
-        request = pb.TraceSettingRequest()
-        request.settings[key].value.extend(values)
-        assert error_of(codec.trace_settings_changes, request).message == message
+    request = pb.TraceSettingRequest()
+    request.settings["trace_rate"].value.extend(["1", "2"])
+    assert error_of(codec.trace_settings_changes, request).message == "expect only 1 value for 'trace_rate'"
 
 
 def test_load_and_unload_parameters() -> None:
