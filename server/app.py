@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from server.protocol.shm import SharedMemoryRegistry
 from server.repository.manager import ControlMode, ModelManager
 from server.service import InferenceService
 
@@ -51,7 +52,13 @@ class Server:
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
         self.manager = ModelManager(settings.model_repositories, settings.model_control_mode)
-        self.service = InferenceService(self.manager, strict_readiness=settings.strict_readiness)
+        self.service = InferenceService(
+            self.manager,
+            strict_readiness=settings.strict_readiness,
+            allow_client_shm=settings.allow_client_shm,
+        )
+        # one registry of client shared memory regions, shared by the HTTP and gRPC front ends
+        self.shm_registry = SharedMemoryRegistry()
         self.http_port: int | None = None
         self.metrics_port: int | None = None
         self.grpc_port: int | None = None
@@ -119,6 +126,7 @@ class Server:
                 self.service,
                 max_input_size=settings.http_max_input_size,
                 allow_client_shm=settings.allow_client_shm,
+                shm_registry=self.shm_registry,
             )
             handle = await serve_http(app, settings.host, settings.http_port)
             self.http_port = handle.port
@@ -142,14 +150,15 @@ class Server:
             except ImportError:
                 log.warning("gRPC front end not available yet; serving HTTP only")
             else:
-                handle = await serve_grpc(self.service, settings.host, settings.grpc_port)
-                self.grpc_port = handle.port
-                self._handles.append(handle)
+                grpc_handle = await serve_grpc(self.service, settings.host, settings.grpc_port)
+                self.grpc_port = grpc_handle.port
+                self._handles.append(grpc_handle)
 
     async def stop_frontends(self) -> None:
         for handle in self._handles:
             await handle.shutdown()
         self._handles.clear()
+        self.shm_registry.close()  # the front ends are gone: unmap every region still registered
 
     async def drain(self, timeout: float) -> None:
         """Stop accepting new inference requests and wait for queued and running ones."""

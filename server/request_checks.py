@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING
 
 from server.config.validate import enum_name
 from server.protocol import datatypes
-from server.protocol.errors import invalid_arg
+from server.protocol.errors import TritonError, invalid_arg
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-    from server.protocol.types import InferenceRequest
+    from server.protocol.types import InferenceRequest, RequestedOutput
 
 _BATCH_NOTE = (
-    " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "
     "prepended to each input shape. If you want to specify the full shape including the batch dim in "
     "your input dims config, try setting max_batch_size to zero. See the model configuration docs for "
     "more info on max_batch_size."
@@ -51,64 +51,92 @@ class RequestRules:
         self.required = [name for name, rule in self.inputs.items() if not rule.optional]
 
     def check(self, request: InferenceRequest) -> None:
-        prefix = f"[request id: {request.id or '<id_unknown>'}] "
+        """Raise Triton's error for the first problem Triton would report, checking in Triton's order:
+        requested outputs (in name order), the number of inputs, unknown inputs, the batch
+        dimension, then each input's datatype and shape. Inputs are visited in reverse request order,
+        which is the order Triton's hash map gives back. Duplicate requested outputs are dropped (the
+        first one stays), as Triton answers them once."""
         model = self.model
-        given = [t.name for t in request.inputs]
-        for name in given:
-            if name not in self.inputs:
-                raise invalid_arg(f"unexpected inference input '{name}' for model '{model}'")
-        missing = [n for n in self.required if n not in given]
-        if missing:
-            raise invalid_arg(
-                f"{prefix}expected {len(self.required)} inputs but got {len(given)} inputs for model "
-                f"'{model}'. Got input(s) {_quoted(given)}, but missing required input(s) {_quoted(missing)}. "
-                "Please provide all required input(s)."
-            )
-        batch = None
-        for tensor in request.inputs:
+        if request.outputs:
+            names = [o.name for o in request.outputs]
+            unknown = [name for name in names if name not in self.outputs]
+            if unknown:
+                raise invalid_arg(f"unexpected inference output '{min(unknown)}' for model '{model}'")
+            if len(set(names)) != len(names):
+                first: dict[str, RequestedOutput] = {}
+                for output in request.outputs:
+                    first.setdefault(output.name, output)
+                request.outputs = list(first.values())
+        inputs = request.inputs[::-1]
+        if len(inputs) > len(self.inputs) or len(inputs) < len(self.required):
+            raise self._count_error(request)
+        for tensor in inputs:
+            if tensor.name not in self.inputs:
+                raise invalid_arg(f"unexpected inference input '{tensor.name}' for model '{model}'")
+        if len(inputs) < len(self.inputs):  # optional inputs left out: the required ones must be there
+            given = {t.name for t in inputs}
+            if any(name not in given for name in self.required):
+                raise self._count_error(request)
+        batched = self.max_batch_size > 0
+        if batched:
+            batch = 0
+            for tensor in inputs:
+                if not tensor.shape:
+                    raise invalid_arg(
+                        f"{_prefix(request)}input '{tensor.name}' has no shape but model requires batch "
+                        f"dimension for '{model}'"
+                    )
+                if batch == 0:
+                    batch = tensor.shape[0]
+                elif tensor.shape[0] != batch:
+                    raise invalid_arg(
+                        f"{_prefix(request)}input '{tensor.name}' batch size does not match other inputs "
+                        f"for '{model}'"
+                    )
+            if batch > self.max_batch_size:
+                raise invalid_arg(
+                    f"{_prefix(request)}inference request batch-size must be <= {self.max_batch_size} "
+                    f"for '{model}'"
+                )
+        for tensor in inputs:
             rule = self.inputs[tensor.name]
             if tensor.datatype != rule.datatype:
                 raise invalid_arg(
-                    f"{prefix}inference input '{tensor.name}' data-type is '{tensor.datatype}', but model "
-                    f"'{model}' expects '{rule.datatype}'"
+                    f"{_prefix(request)}inference input '{tensor.name}' data-type is '{tensor.datatype}', "
+                    f"but model '{model}' expects '{rule.datatype}'"
                 )
-            shape = tensor.shape
-            if self.max_batch_size > 0:
-                expected = (-1, *rule.dims)
-                if not shape or not _matches(shape[1:], rule.dims):
-                    raise invalid_arg(
-                        f"{prefix}unexpected shape for input '{tensor.name}' for model '{model}'. Expected "
-                        f"{_fmt(expected)}, got {_fmt(shape)}.{_BATCH_NOTE}"
-                    )
-                if batch is None:
-                    batch = shape[0]
-                    if batch > self.max_batch_size:
-                        raise invalid_arg(
-                            f"{prefix}inference request batch-size must be <= {self.max_batch_size} for '{model}'"
-                        )
-                elif shape[0] != batch:
-                    raise invalid_arg(
-                        f"{prefix}input '{tensor.name}' batch size does not match other inputs for '{model}'"
-                    )
-            elif not _matches(shape, rule.dims):
+            shape = tensor.shape[1:] if batched else tensor.shape
+            if not _matches(shape, rule.dims):
+                expected = (-1, *rule.dims) if batched else rule.dims
                 raise invalid_arg(
-                    f"{prefix}unexpected shape for input '{tensor.name}' for model '{model}'. Expected "
-                    f"{_fmt(rule.dims)}, got {_fmt(shape)}"
+                    f"{_prefix(request)}unexpected shape for input '{tensor.name}' for model '{model}'. "
+                    f"Expected {_fmt(expected)}, got {_fmt(tensor.shape)}. {_BATCH_NOTE if batched else ''}"
                 )
-        seen: set[str] = set()
-        for output in request.outputs:
-            if output.name not in self.outputs:
-                raise invalid_arg(f"unexpected inference output '{output.name}' for model '{model}'")
-            if output.name in seen:
-                raise invalid_arg(
-                    f"{prefix}output '{output.name}' is requested more than once for model '{model}'"
-                )
-            seen.add(output.name)
+
+    def _count_error(self, request: InferenceRequest) -> TritonError:
+        """Triton's message for a wrong number of inputs, with its list formatting: no space after
+        the commas, and a bare ']' when no required input is missing."""
+        given = _listed([t.name for t in request.inputs[::-1]]) if request.inputs else "[]"
+        missing = _listed([n for n in self.required if n not in {t.name for t in request.inputs}])
+        if len(self.required) == len(self.inputs):
+            expected = f"expected {len(self.inputs)} inputs"
+        else:
+            expected = f"expected number of inputs between {len(self.required)} and {len(self.inputs)}"
+        return invalid_arg(
+            f"{_prefix(request)}{expected} but got {len(request.inputs)} inputs for model '{self.model}'. "
+            f"Got input(s) {given}, but missing required input(s) {missing}. "
+            "Please provide all required input(s)."
+        )
+
+
+def _prefix(request: InferenceRequest) -> str:
+    return f"[request id: {request.id or '<id_unknown>'}] "
+
+
+def _listed(names: list[str]) -> str:
+    """Triton's list: "['a','b']"; with no names a bare "]" (it drops the last character, the '[')."""
+    return ("[" + "".join(f"'{n}'," for n in names))[:-1] + "]"
 
 
 def _matches(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
     return len(shape) == len(dims) and all(d == -1 or s == d for s, d in zip(shape, dims, strict=True))
-
-
-def _quoted(names: list[str]) -> str:
-    return "[" + ", ".join(f"'{n}'" for n in names) + "]"

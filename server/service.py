@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +13,13 @@ from server.classification import classify
 from server.config import backends
 from server.config.validate import enum_name
 from server.protocol import datatypes
-from server.protocol.errors import ErrorCode, TritonError, invalid_arg, unavailable, unsupported
+from server.protocol.errors import (
+    TritonError,
+    invalid_arg,
+    not_found,
+    unavailable,
+    unsupported,
+)
 from server.protocol.types import InferenceRequest, InferenceResponse
 from server.repository.manager import ControlMode, ModelManager
 
@@ -28,14 +35,18 @@ EXTENSIONS = (
     "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",
+    "system_shared_memory",  # listed only when client shared memory is allowed (--allow-client-shm)
     "binary_tensor_data",
     "parameters",
     "statistics",
     "trace",
     "logging",
 )
+_UINT32 = 2**32
+_INT32_MAX = 2**31 - 1
 
 log = logging.getLogger("tcli.server")
+_LEADING_INTEGER = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
 
 
 @dataclass
@@ -51,18 +62,21 @@ class LogSettings:
         return dict(self.__dict__)
 
 
+# Triton's trace settings, in the order its answers list them; every value a string but the level
+TRACE_DEFAULTS: dict[str, Any] = {
+    "trace_level": ["OFF"],
+    "trace_rate": "1000",
+    "trace_count": "-1",
+    "log_frequency": "0",
+    "trace_file": "",
+    "trace_mode": "triton",
+}
+_TRACE_LEVELS = ("TIMESTAMPS", "TENSORS")  # the order Triton lists a combined level in
+
+
 @dataclass
 class TraceSettings:
-    values: dict[str, Any] = field(
-        default_factory=lambda: {
-            "trace_file": "",
-            "trace_level": ["OFF"],
-            "trace_rate": "1000",
-            "trace_count": "-1",
-            "log_frequency": "0",
-            "trace_mode": "triton",
-        }
-    )
+    values: dict[str, Any] = field(default_factory=lambda: dict(TRACE_DEFAULTS))
 
 
 def _deliver(future: asyncio.Future[Any], result: object) -> None:
@@ -71,9 +85,12 @@ def _deliver(future: asyncio.Future[Any], result: object) -> None:
 
 
 class InferenceService:
-    def __init__(self, manager: ModelManager, *, strict_readiness: bool = True) -> None:
+    def __init__(
+        self, manager: ModelManager, *, strict_readiness: bool = True, allow_client_shm: bool = False
+    ) -> None:
         self.manager = manager
         self.strict_readiness = strict_readiness
+        self.allow_client_shm = allow_client_shm
         self.live_flag = True
         self.accepting = True  # False once shutdown starts: readiness drops, new requests get 503
         self.log_settings = LogSettings()
@@ -90,7 +107,8 @@ class InferenceService:
         return self.manager.all_ready() if self.strict_readiness else True
 
     def server_metadata(self) -> dict[str, Any]:
-        return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": list(EXTENSIONS)}
+        extensions = [e for e in EXTENSIONS if self.allow_client_shm or e != "system_shared_memory"]
+        return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": extensions}
 
     # models ----------------------------------------------------------------------------------------
     def model_ready(self, name: str, version: str = "") -> bool:
@@ -100,10 +118,15 @@ class InferenceService:
             return False
         return True
 
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        """Whether the model's config says `model_transaction_policy { decoupled: true }` (HTTP answers
+        such models 501). Cheap, never raises: False for a model that is not known."""
+        model = self.manager.models().get(name)
+        config = model.config if model is not None else None
+        return config is not None and config.model_transaction_policy.decoupled
+
     def _ready_model(self, name: str, version: str) -> ServedModel:
-        model, _ = self.manager.resolve(name, version)
-        if model.config is None:
-            raise unavailable(f"Request for unknown model: '{name}' has no available versions")
+        model, _ = self.manager.resolve(name, version)  # a resolved model always has a config
         return model
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
@@ -143,7 +166,7 @@ class InferenceService:
             response = await entry.ensemble.infer(request, self.infer, str(entry.version))
             return self._finish(model, request, response)
         if config is None or rules is None or runner is None:
-            raise unavailable(f"Request for unknown model: '{request.model_name}' has no available versions")
+            raise not_found(f"Request for unknown model: '{request.model_name}' has no available versions")
         rules.check(request)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[InferenceResponse | TritonError] = loop.create_future()
@@ -194,13 +217,15 @@ class InferenceService:
             try:
                 override = json_format.Parse(config_json, new_config())
             except json_format.ParseError as exc:
-                raise invalid_arg(f"failed to parse the model config override for '{name}': {exc}") from None
+                # Triton's words for a config it cannot read (a failed repository poll); its 500 is a
+                # 400 here, the request being at fault. The parser's message goes to the log.
+                log.error("failed to parse the model config override for '%s': %s", name, exc)
+                raise invalid_arg(f"failed to load '{name}', failed to poll from model repository") from None
         await asyncio.to_thread(self.manager.load, name, override)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload a model; a name that is not loaded (or not in the repository) is not an error."""
         self._require_explicit()
-        if name not in self.manager.models() and name not in self.manager.folders():
-            raise TritonError(ErrorCode.INVALID_ARG, f"failed to unload '{name}', no model with that name")
         await asyncio.to_thread(self.manager.unload, name)
         if unload_dependents:
             for other, model in list(self.manager.models().items()):
@@ -216,15 +241,16 @@ class InferenceService:
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         stats = []
         if name:
-            model = self.manager.get(name)
+            model = self.manager.models().get(name)
+            ready = model.ready_versions() if model is not None else []
+            if not ready:
+                raise invalid_arg(f"requested model '{name}' is not available")
             if version not in ("", "-1"):
-                self.manager.resolve(name, version)
-                versions = [int(version)]
-            else:
-                versions = model.ready_versions()
-                if not versions:
-                    raise unavailable(f"Request for unknown model: '{name}' has no available versions")
-            stats = [self.manager.stats.get(name, v).as_dict() for v in versions]
+                number = int(version) if version.isdigit() else None
+                if number not in ready:
+                    raise invalid_arg(f"requested model version is not available for model '{name}'")
+                ready = [number]
+            stats = [self.manager.stats.get(name, v).as_dict() for v in ready]
         else:
             for model_name, model in sorted(self.manager.models().items()):
                 for v in model.ready_versions():
@@ -233,21 +259,33 @@ class InferenceService:
 
     # logging and trace -----------------------------------------------------------------------------
     def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """Apply logging changes one by one in Triton's order (log_file, log_info, log_warning,
+        log_error, log_verbose_level, log_format); the first bad value stops there, and what came
+        before it stays applied, as in Triton. Values arrive as the JSON carried them, so a wrong
+        type gets Triton's JSON access message (Triton answers it with a 500, tcli with a 400: the
+        request is at fault)."""
         settings = self.log_settings
-        for key, value in changes.items():
+        for key in changes:
             if key not in settings.__dict__:
                 raise invalid_arg(f"Logging setting '{key}' is not supported")
-            expected = type(getattr(settings, key))
-            if expected is bool and not isinstance(value, bool):
-                raise invalid_arg(f"invalid value for '{key}': expected a boolean")
-            if expected is int and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                raise invalid_arg(f"invalid value for '{key}': expected a non-negative integer")
-            if key == "log_format" and value not in ("default", "ISO8601"):
-                raise invalid_arg(
-                    f"invalid value for 'log_format': expected default or ISO8601, got {value!r}"
-                )
-            if key == "log_file" and value:
-                raise unsupported("changing the log file is not supported: redirect the server's stderr")
+        for key in settings.__dict__:
+            if key not in changes or changes[key] is None:
+                continue
+            value = changes[key]
+            if key == "log_file":
+                raise unsupported("log file location can not be updated through network protocol")
+            if key == "log_verbose_level":
+                if type(value) is not int or not 0 <= value < 2**64:
+                    raise invalid_arg("attempt to access JSON non-unsigned-integer as unsigned-integer")
+                value %= _UINT32  # Triton keeps it as a 32-bit int: larger values wrap, negatives read 0
+                value = 0 if value > _INT32_MAX else value
+            elif key == "log_format":
+                if type(value) is not str:
+                    raise invalid_arg("attempt to access JSON non-string as string")
+                if value not in ("default", "ISO8601"):
+                    raise unavailable(f"invalid argument for --log_format, got: {value}")
+            elif type(value) is not bool:
+                raise invalid_arg("attempt to access JSON non-boolean as boolean")
             setattr(settings, key, value)
         logging.getLogger("tcli").setLevel(logging.DEBUG if settings.log_verbose_level > 0 else logging.INFO)
         return settings.as_dict()
@@ -255,24 +293,88 @@ class InferenceService:
     def trace_settings(self, model: str = "") -> dict[str, Any]:
         if model:
             self.manager.get(model)
-            return {**self.trace.values, **self.model_trace.get(model, {})}
+            overrides = self.model_trace.get(model, {})
+            return {key: overrides.get(key, value) for key, value in self.trace.values.items()}
         return dict(self.trace.values)
 
     def update_trace_settings(self, changes: dict[str, Any], model: str = "") -> dict[str, Any]:
-        known = set(self.trace.values)
+        """Validate every change first, then apply them together (Triton changes nothing when one is
+        bad). None resets a setting: a model's to the global value, a global one to its default.
+        trace_mode cannot be changed at run time and is ignored, as in Triton."""
         for key in changes:
-            if key not in known:
+            if key not in TRACE_DEFAULTS:
                 raise invalid_arg(f"trace setting '{key}' is not supported")
+        if "trace_file" in changes:
+            raise unsupported("trace file location can not be updated through network protocol")
+        parsed: dict[str, Any] = {}
+        for key, value in changes.items():
+            if key == "trace_mode":
+                continue
+            if value is None:
+                parsed[key] = None
+            elif key == "trace_level":
+                level = _trace_level(value)
+                if level is not None:
+                    parsed[key] = level
+            else:
+                parsed[key] = _trace_number(key, value)
         if model:
             self.manager.get(model)
+        current = self.trace_settings(model)
+        merged = dict(current)
+        for key, value in parsed.items():
+            merged[key] = (self.trace.values if model else TRACE_DEFAULTS)[key] if value is None else value
+        if merged["trace_level"] != ["OFF"] and not merged["trace_file"]:
+            raise invalid_arg("Attempting to set invalid trace setting :trace file name is not given")
+        if model:
             overrides = self.model_trace.setdefault(model, {})
-            for key, value in changes.items():
+            for key, value in parsed.items():
                 if value is None:
                     overrides.pop(key, None)
                 else:
                     overrides[key] = value
-            return self.trace_settings(model)
-        for key, value in changes.items():
-            if value is not None:
-                self.trace.values[key] = value
-        return self.trace_settings()
+        else:
+            for key, value in parsed.items():
+                self.trace.values[key] = TRACE_DEFAULTS[key] if value is None else value
+        return self.trace_settings(model)
+
+
+def _trace_level(value: list[str]) -> list[str] | None:
+    """Triton's reading of a trace_level list: OFF alone, or any of TIMESTAMPS and TENSORS; other
+    names are ignored, and a list with nothing it knows changes nothing (None)."""
+    if "OFF" in value:
+        if len(value) != 1:
+            raise invalid_arg("Expect only one trace level 'OFF' is specified")
+        return ["OFF"]
+    levels = [level for level in _TRACE_LEVELS if level in value]
+    return levels or None
+
+
+_TRACE_RANGES = {
+    "trace_rate": (0, _UINT32 - 1),
+    "trace_count": (-1, _INT32_MAX),
+    "log_frequency": (0, _UINT32 - 1),
+}
+
+
+def _trace_number(key: str, text: str) -> str:
+    """Parse a trace number as Triton does (std::stoi: leading blanks, a sign, digits, anything after
+    ignored); rate and log frequency are unsigned 32-bit, so a negative number wraps around."""
+    if type(text) is not str:
+        raise invalid_arg("attempt to access JSON non-string as string")
+    low, high = _TRACE_RANGES[key]
+    number = _leading_integer(text)
+    if number is None:
+        raise invalid_arg(f"Unable to parse '{key}', got: {text}")
+    if not -_INT32_MAX - 1 <= number <= _INT32_MAX:
+        raise invalid_arg(f"Unable to parse '{key}', value is out of range [ {low}, {high} ], got: {text}")
+    if key == "trace_count":
+        if number < -1:
+            raise invalid_arg(f"Unable to parse '{key}'. Expecting value >= -1, got:{text}")
+        return str(number)
+    return str(number % _UINT32)
+
+
+def _leading_integer(text: str) -> int | None:
+    match = _LEADING_INTEGER.match(text)
+    return int(match.group(1)) if match else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,14 +17,16 @@ def to_pbtxt(config: ModelConfig) -> str:
 
 
 def to_json_dict(config: ModelConfig) -> dict[str, Any]:
-    """Triton's JSON form: snake_case names, every scalar with its default, enums as names, and
-    int64 fields as numbers (protobuf's own printer writes int64 as strings)."""
+    """Triton's JSON form (what GET /v2/models/<m>/config answers): snake_case names, every scalar
+    with its default, enums as names, int64 fields as numbers (protobuf's own printer writes int64 as
+    strings), keys in the order the schema declares the fields and map entries sorted by key, as
+    Triton's C++ printer writes them (Python's printer puts set fields first, then the defaults)."""
     from google.protobuf import json_format
 
     data = json_format.MessageToDict(
         config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
-    return _int64_to_numbers(data, config.DESCRIPTOR)
+    return _canonical_message(data, config.DESCRIPTOR)
 
 
 def from_json_dict(data: dict[str, Any]) -> ModelConfig:
@@ -34,37 +37,63 @@ def from_json_dict(data: dict[str, Any]) -> ModelConfig:
     return json_format.ParseDict(data, new_config())
 
 
-def _int64_to_numbers(value: Any, descriptor: Any) -> Any:
+@functools.cache
+def _int64_types() -> frozenset[int]:
     from google.protobuf.descriptor import FieldDescriptor
 
-    int64_types = {
-        FieldDescriptor.TYPE_INT64,
-        FieldDescriptor.TYPE_UINT64,
-        FieldDescriptor.TYPE_SINT64,
-        FieldDescriptor.TYPE_FIXED64,
-        FieldDescriptor.TYPE_SFIXED64,
-    }
-    if not isinstance(value, dict) or descriptor is None:
+    return frozenset(
+        {
+            FieldDescriptor.TYPE_INT64,
+            FieldDescriptor.TYPE_UINT64,
+            FieldDescriptor.TYPE_SINT64,
+            FieldDescriptor.TYPE_FIXED64,
+            FieldDescriptor.TYPE_SFIXED64,
+        }
+    )
+
+
+def _canonical_message(value: Any, descriptor: Any) -> Any:
+    """Keys in declaration order, int64 values as numbers, recursively."""
+    if not isinstance(value, dict):
         return value
     out: dict[str, Any] = {}
-    for key, item in value.items():
-        field = descriptor.fields_by_name.get(key)
-        if field is None:
-            out[key] = item
+    for field in descriptor.fields:
+        if field.name not in value:
             continue
+        item = value[field.name]
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            # map entries sorted by key, as Triton's printer writes them (Python's order is the hash
+            # table's, which changes from one process to the next); integer keys sort as numbers
             value_field = field.message_type.fields_by_name["value"]
-            out[key] = {k: _convert_scalar_or_message(v, value_field, int64_types) for k, v in item.items()}
+            numeric = field.message_type.fields_by_name["key"].cpp_type in _integer_cpp_types()
+            keys = sorted(item, key=int) if numeric else sorted(item)
+            out[field.name] = {k: _canonical_item(item[k], value_field) for k in keys}
         elif field.is_repeated:
-            out[key] = [_convert_scalar_or_message(v, field, int64_types) for v in item]
+            out[field.name] = [_canonical_item(v, field) for v in item]
         else:
-            out[key] = _convert_scalar_or_message(item, field, int64_types)
+            out[field.name] = _canonical_item(item, field)
+    for key, item in value.items():  # nothing the descriptor does not know is dropped
+        out.setdefault(key, item)
     return out
 
 
-def _convert_scalar_or_message(item: Any, field: Any, int64_types: set[int]) -> Any:
+@functools.cache
+def _integer_cpp_types() -> frozenset[int]:
+    from google.protobuf.descriptor import FieldDescriptor
+
+    return frozenset(
+        {
+            FieldDescriptor.CPPTYPE_INT32,
+            FieldDescriptor.CPPTYPE_INT64,
+            FieldDescriptor.CPPTYPE_UINT32,
+            FieldDescriptor.CPPTYPE_UINT64,
+        }
+    )
+
+
+def _canonical_item(item: Any, field: Any) -> Any:
     if field.message_type is not None:
-        return _int64_to_numbers(item, field.message_type)
-    if field.type in int64_types and isinstance(item, str):
+        return _canonical_message(item, field.message_type)
+    if field.type in _int64_types() and isinstance(item, str):
         return int(item)
     return item

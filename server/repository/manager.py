@@ -73,17 +73,17 @@ class ModelManager:
             path = repository / name
             if path.is_dir():
                 return scan_model(path, repository)
-        raise TritonError(
-            ErrorCode.INVALID_ARG, f"failed to load '{name}', failed to poll from model repository"
-        )
+        raise _poll_failed(name)
 
     # reading ---------------------------------------------------------------------------------------
     def models(self) -> dict[str, ServedModel]:
         return self._models
 
     def get(self, name: str) -> ServedModel:
+        """The model by name. One whose config could not be read is not known, as in Triton (its
+        repository poll failed, so it never reached Triton's model list)."""
         model = self._models.get(name)
-        if model is None:
+        if model is None or model.config is None:
             raise not_found(f"Request for unknown model: '{name}' is not found")
         return model
 
@@ -93,7 +93,7 @@ class ModelManager:
         if version in ("", "-1"):
             ready = model.ready_versions()
             if not ready:
-                raise unavailable(f"Request for unknown model: '{name}' has no available versions")
+                raise not_found(f"Request for unknown model: '{name}' has no available versions")
             return model, model.versions[ready[-1]]
         try:
             number = int(version)
@@ -107,6 +107,10 @@ class ModelManager:
         return model, entry
 
     def index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        """Triton's repository index: a row per version (name, version, state, and the reason when
+        there is one); a model that is not loaded is listed by name only. Unlike Triton, a model whose
+        config could not be read, or that has no version to serve, keeps a row with the reason (Triton
+        lists it by name only and leaves the reason to its log)."""
         rows: list[dict[str, str]] = []
         names = set(self._models)
         if not ready_only:
@@ -163,16 +167,18 @@ class ModelManager:
             if failed and old is not None and old.ready_versions():
                 # keep serving what works; the failure is reported, and a later fix is picked up
                 old.fingerprint = new.fingerprint
-                raise TritonError(ErrorCode.INVALID_ARG, f"failed to load '{name}': {_first_reason(new)}")
+                raise _load_failure(name, new)
             self._models[name] = new
             if old is not None:
                 _retire(old)
             self._notify(name)
             if failed:
-                raise TritonError(ErrorCode.INVALID_ARG, f"failed to load '{name}': {_first_reason(new)}")
+                raise _load_failure(name, new)
             return new
 
     def unload(self, name: str) -> None:
+        """Unload a model: its ready versions become UNAVAILABLE "unloaded"; versions that had failed
+        keep their state and reason (Triton's index still shows why they failed)."""
         with self._lock:
             model = self._models.get(name)
             if model is None:
@@ -180,7 +186,13 @@ class ModelManager:
             self._models[name] = ServedModel(
                 name,
                 model.path,
-                versions={v: VersionEntry(v, ModelState.UNAVAILABLE, "unloaded") for v in model.versions},
+                config=model.config,
+                versions={
+                    v: VersionEntry(v, ModelState.UNAVAILABLE, _UNLOADED)
+                    if e.state in (ModelState.READY, ModelState.LOADING)
+                    else VersionEntry(v, e.state, e.reason)
+                    for v, e in model.versions.items()
+                },
             )
             _retire(model)
             self._notify(name)
@@ -247,7 +259,9 @@ class ModelManager:
                 v: VersionEntry(v, ModelState.UNAVAILABLE, reason.status_string()) for v in folder.versions
             }
             if not served.versions:
-                served.versions = {0: VersionEntry(0, ModelState.UNAVAILABLE, reason.status_string())}
+                served.versions = {
+                    _NO_VERSION: VersionEntry(_NO_VERSION, ModelState.UNAVAILABLE, reason.status_string())
+                }
             return served
         config = report.config
         served.rules = RequestRules(config)
@@ -264,7 +278,7 @@ class ModelManager:
         schedule = EnsembleSchedule(config, self.stats.get(config.name, version))
         for dependency in schedule.composing_models():
             model = self._models.get(dependency)
-            if model is None or (not model.ready_versions() and model.config is None):
+            if model is None or (not model.ready_versions() and _not_loaded(model)):
                 with contextlib.suppress(TritonError):  # reported below as the ensemble's reason
                     self.load(dependency)
             model = self._models.get(dependency)
@@ -295,9 +309,49 @@ class ModelManager:
         return VersionEntry(version, ModelState.READY, runner=runner)
 
 
+_UNLOADED = "unloaded"  # the reason of an unloaded version, as Triton words it
+_NO_VERSION = 0  # the stand-in entry carrying the reason of a model with no version to serve
+
+
+def _poll_failed(name: str) -> TritonError:
+    return internal(f"failed to load '{name}', failed to poll from model repository")
+
+
+def _load_failure(name: str, model: ServedModel) -> TritonError:
+    """Triton's answer to a load that ended with no ready version: a config it could not read is a
+    failed poll (INTERNAL); otherwise each failed version with its reason (INVALID_ARG)."""
+    if model.config is None:
+        log.error("Poll failed for model directory '%s': %s", name, _first_reason(model))
+        return _poll_failed(name)
+    failures = ""
+    for version, entry in sorted(model.versions.items()):
+        if entry.state == ModelState.READY:
+            continue
+        if version == _NO_VERSION:
+            failures += _without_code(entry.reason) + "\n"
+        else:
+            failures += f"version {version} is at {entry.state} state: {entry.reason};\n"
+    return TritonError(
+        ErrorCode.INVALID_ARG, f"load failed for model '{name}': {failures or 'no version is available'}"
+    )
+
+
 def _first_reason(model: ServedModel) -> str:
     reasons = [e.reason for e in model.versions.values() if e.reason]
     return reasons[0] if reasons else "no version is available"
+
+
+def _not_loaded(model: ServedModel) -> bool:
+    """Never loaded (its config is unreadable or it is loading) or unloaded, as opposed to failed."""
+    return model.config is None or all(e.reason == _UNLOADED for e in model.versions.values())
+
+
+def _without_code(reason: str) -> str:
+    """The reason without its status code: 'Invalid argument: msg' gives 'msg'."""
+    for code in ErrorCode:
+        if reason.startswith(f"{code.value}: "):
+            return reason[len(code.value) + 2 :]
+    return reason
 
 
 def _read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:

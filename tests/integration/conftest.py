@@ -81,7 +81,7 @@ def start_server(
 
     manager = ModelManager([repository], mode)
     manager.load_startup(load_models)
-    service = InferenceService(manager)
+    service = InferenceService(manager, allow_client_shm=allow_client_shm)
     app = create_http_app(service, max_input_size=max_input_size, allow_client_shm=allow_client_shm)
     try:
         import uvloop

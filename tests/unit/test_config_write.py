@@ -60,3 +60,32 @@ def test_python_auto_complete_fills_a_config_that_names_only_the_backend(tmp_pat
     assert completed["default_model_filename"] == "model.py"
     assert completed["instance_group"][0]["kind"] == "KIND_CPU"
     assert completed["instance_group"][0]["count"] == 1
+
+
+def test_json_form_orders_keys_as_tritons_printer_does() -> None:
+    """Fields in the schema's order whatever is set (protobuf's Python printer puts the set ones
+    first), every scalar with its default, map entries sorted by key (integer keys as numbers)."""
+    config = parse_config_text(
+        'max_batch_size: 4\nname: "m"\nbackend: "python"\n'
+        'input [ { dims: [ 2 ] name: "x" data_type: TYPE_FP32 } ]\n'
+        'parameters [ { key: "zeta" value: { string_value: "1" } }, { key: "alpha" value: { string_value: "2" } } ]\n'
+        "dynamic_batching { priority_levels: 10 priority_queue_policy { key: 10 value: { max_queue_size: 4 } }\n"
+        "  priority_queue_policy { key: 2 value: { max_queue_size: 1 } } }\n"
+        "model_transaction_policy { decoupled: true }\n",
+        Path("config.pbtxt"),
+    )
+    data = to_json_dict(config)
+    assert list(data)[:7] == ["name", "platform", "backend", "runtime", "max_batch_size", "input", "output"]
+    assert (data["platform"], data["runtime"], data["max_batch_size"]) == ("", "", 4)
+    assert list(data["input"][0])[:4] == ["name", "data_type", "format", "dims"]
+    assert list(data["parameters"]) == ["alpha", "zeta"]
+    assert list(data["dynamic_batching"]["priority_queue_policy"]) == ["2", "10"]
+    assert list(data)[-1] == "model_transaction_policy"
+    assert from_json_dict(data) == config
+    sequence = parse_config_text(
+        'name: "s"\nsequence_batching { control_input [ { name: "S" control [ { int32_false_true: [ 0, 1 ] '
+        "kind: CONTROL_SEQUENCE_START } ] } ] }\n",
+        Path("config.pbtxt"),
+    )
+    control = to_json_dict(sequence)["sequence_batching"]["control_input"][0]["control"][0]
+    assert list(control) == ["kind", "int32_false_true", "fp32_false_true", "bool_false_true", "data_type"]
