@@ -27,6 +27,7 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def execute(self, requests):
+        open(pb_utils.get_model_dir() + "/../started", "w").close()  # tells the test it is in flight
         time.sleep(0.5)  # long enough for SIGTERM to arrive while the request is in flight
         return [
             pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
@@ -115,8 +116,12 @@ def test_sigterm_drains_in_flight_requests(slow_repo: Path) -> None:
     infer_input = httpclient.InferInput("IN", [2], "FP32")
     infer_input.set_data_from_numpy(data)
     pending = client.async_infer("slow", [infer_input])
-    time.sleep(0.2)  # the request is now executing inside the model
-    code = served.stop()
+    started = slow_repo / "slow" / "started"
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert started.exists(), "the request never reached the model"
+    code = served.stop()  # SIGTERM while the request executes
     result = pending.get_result()
     assert result.as_numpy("OUT").tolist() == [1.5, 2.5]
     assert code == 0
