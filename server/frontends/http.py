@@ -271,6 +271,11 @@ class HttpFrontend:
             if not self.service.model_ready(model, version):
                 self.service.model_metadata(model, version)
             raise
+        if self.service.is_decoupled(model, version):
+            raise TritonError(
+                ErrorCode.UNSUPPORTED,
+                "HTTP end point doesn't support models with decoupled transaction policy",
+            )
         response = await self.service.infer(request)
         payload, json_length = encode_response(response, request.outputs, binary_default, shm=self._shm_view)
         if json_length is None:

@@ -251,6 +251,10 @@ def test_decoupled_models_are_flagged_for_the_front_ends(server: RunningServer, 
     assert server.service.is_decoupled("add_sub") is False
     assert server.service.is_decoupled("nope") is False
     assert server.service.is_decoupled("broken") is False
+    answered = http.post("/v2/models/decoupled/infer", json=add_sub_body())
+    assert answer(answered) == error(
+        501, "HTTP end point doesn't support models with decoupled transaction policy"
+    )
 
 
 # ------------------------------------------------------------------------------------ inference
