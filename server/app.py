@@ -132,27 +132,24 @@ class Server:
             self.http_port = handle.port
             self._handles.append(handle)
         if settings.allow_metrics:
-            try:
-                from server.frontends.metrics import create_metrics_app
-            except ImportError:
-                log.warning("metrics front end not available")
-            else:
-                from server.frontends.http import serve_http
+            from server.frontends.http import serve_http
+            from server.frontends.metrics import create_metrics_app
 
-                handle = await serve_http(
-                    create_metrics_app(self.manager), settings.host, settings.metrics_port
-                )
-                self.metrics_port = handle.port
-                self._handles.append(handle)
+            handle = await serve_http(create_metrics_app(self.manager), settings.host, settings.metrics_port)
+            self.metrics_port = handle.port
+            self._handles.append(handle)
         if settings.allow_grpc:
-            try:
-                from server.frontends.grpc import serve_grpc  # type: ignore[import-not-found,unused-ignore]
-            except ImportError:
-                log.warning("gRPC front end not available yet; serving HTTP only")
-            else:
-                grpc_handle = await serve_grpc(self.service, settings.host, settings.grpc_port)
-                self.grpc_port = grpc_handle.port
-                self._handles.append(grpc_handle)
+            from server.frontends.grpc import serve_grpc
+
+            grpc_handle = await serve_grpc(
+                self.service,
+                settings.host,
+                settings.grpc_port,
+                allow_client_shm=settings.allow_client_shm,
+                shm_registry=self.shm_registry,
+            )
+            self.grpc_port = grpc_handle.port
+            self._handles.append(grpc_handle)
 
     async def stop_frontends(self) -> None:
         for handle in self._handles:
