@@ -15,9 +15,12 @@ from server.config.validate import enum_name
 from server.protocol import datatypes
 from server.protocol.errors import TritonError, internal
 from server.protocol.types import InferenceResponse, Tensor
+from server.scheduling.sequence import NullItem
 from server.scheduling.work import Completion, DefaultScheduler, Scheduler, WorkItem
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
     from server.protocol.types import InferenceRequest
@@ -39,12 +42,13 @@ def instance_specs(config: ModelConfig) -> list[InstanceSpec]:
     return specs
 
 
-def make_scheduler(config: ModelConfig) -> Scheduler:
+def make_scheduler(config: ModelConfig, model_dir: Path | None = None) -> Scheduler:
+    """The scheduler the config asks for; `model_dir` holds a sequence model's initial_state files."""
     choice = config.WhichOneof("scheduling_choice")
     if choice == "sequence_batching":
         from server.scheduling.sequence import SequenceScheduler
 
-        return SequenceScheduler(config)
+        return SequenceScheduler(config, model_dir)
     if choice == "dynamic_batching" and config.max_batch_size > 0:
         from server.scheduling.dynamic_batcher import DynamicBatcher
 
@@ -62,7 +66,9 @@ class ModelRunner:
         self.version = str(context.version)
         self.batched = context.config.max_batch_size > 0
         self.stats = stats
-        self.scheduler = scheduler or make_scheduler(context.config)
+        self.scheduler = scheduler or make_scheduler(context.config, context.model_dir)
+        # a sequence batcher pads direct batches with null requests: results dropped, stats skip them
+        self._pads = bool(getattr(self.scheduler, "pads_batches", False))
         self._instances: list[TensorModel | RequestModel] = []
         self._threads: list[threading.Thread] = []
         self._output_types = {
@@ -81,12 +87,13 @@ class ModelRunner:
         try:
             for spec in instance_specs(self.config):
                 self._instances.append(load_instance(self.context, spec))
+            prepare = getattr(self.scheduler, "prepare", None)
+            if prepare is not None:  # schedulers that pin work to instances (sequences) size themselves
+                prepare(len(self._instances))
         except BaseException:
             self._unload_instances()
             raise
-        # a serial scheduler (sequences) keeps order by running one execution at a time
-        workers = self._instances[:1] if getattr(self.scheduler, "serial", False) else self._instances
-        for index, instance in enumerate(workers):
+        for index, instance in enumerate(self._instances):
             thread = threading.Thread(
                 target=self._work,
                 args=(instance, index),
@@ -177,6 +184,8 @@ class ModelRunner:
         end = time.monotonic_ns()
         self.stats.record_execution(sum(item.rows for item in batch), 0, end - start, 0)
         for item, result in zip(batch, results, strict=True):
+            if self._pads and isinstance(item, NullItem):
+                continue
             if isinstance(result, TritonError):
                 self.stats.record_failure(end - item.enqueued_ns, "BACKEND")
                 item.complete(result)
@@ -198,6 +207,8 @@ class ModelRunner:
         input_ns, infer_ns, output_ns = infer_start - start, infer_end - infer_start, end - infer_end
         self.stats.record_execution(sum(item.rows for item in batch), input_ns, infer_ns, output_ns)
         for item, response in zip(batch, responses, strict=True):
+            if self._pads and isinstance(item, NullItem):
+                continue
             self.stats.record_success(
                 item.rows, end - item.enqueued_ns, start - item.enqueued_ns, input_ns, infer_ns, output_ns
             )
@@ -209,6 +220,8 @@ class ModelRunner:
         started = batch[0].started_ns
         self.stats.record_execution(sum(item.rows for item in batch), 0, end - started if started else 0, 0)
         for item in batch:
+            if self._pads and isinstance(item, NullItem):
+                continue
             self.stats.record_failure(end - item.enqueued_ns, "BACKEND")
             item.complete(error)
 
