@@ -101,10 +101,11 @@ def _auto_complete_onnx(config: ModelConfig, model_file: Path) -> None:
         )
     batched = config.max_batch_size > 0
     for specs, ios in ((signature.inputs, config.input), (signature.outputs, config.output)):
-        known = {io.name for io in ios}
+        if ios:
+            # as the onnxruntime backend: a config that lists tensors keeps its list (sequence models
+            # leave their control and state tensors out on purpose)
+            continue
         for spec in specs:
-            if spec.name in known:
-                continue
             io = ios.add()
             io.name = spec.name
             io.data_type = _data_type_value(spec.data_type)

@@ -58,8 +58,9 @@ def _check_onnx(config: ModelConfig, model_file: Path, found: Findings) -> None:
                 )
                 continue
             _compare_tensor(config, kind, tensor, spec, found, at)
-        if kind == "input" and len(specs) > len(tensors):
-            missing = [s.name for s in specs if s.name not in {t.name for t in tensors}]
+        provided = {t.name for t in tensors} | (_sequence_inputs(config) if kind == "input" else set())
+        missing = [s.name for s in specs if s.name not in provided]
+        if kind == "input" and missing:
             found.error(
                 f"unable to load model '{m}', configuration expects {len(tensors)} inputs, model provides "
                 f"{len(specs)}",
@@ -67,6 +68,14 @@ def _check_onnx(config: ModelConfig, model_file: Path, found: Findings) -> None:
                 "auto-complete fill them",
                 ("input",),
             )
+
+
+def _sequence_inputs(config: ModelConfig) -> set[str]:
+    """Model inputs the sequence batcher fills: control tensors and implicit state."""
+    if not config.HasField("sequence_batching"):
+        return set()
+    batching = config.sequence_batching
+    return {c.name for c in batching.control_input} | {s.input_name for s in batching.state}
 
 
 def _compare_tensor(

@@ -168,3 +168,49 @@ def test_pickled_state_dict_is_not_a_torchscript_model(tmp_path: Path) -> None:
     torch.save({"w": torch.zeros(2)}, str(folder / "1" / "model.pt"))
     found = errors(tmp_path, "ts")
     assert len(found) == 1 and "cannot load TorchScript model" in found[0] and "torch.jit.save" in found[0]
+
+
+def test_onnx_sequence_model_keeps_control_inputs_out_of_the_config(tmp_path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    names = ("INPUT", "START", "READY")
+    inputs = [helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", 1]) for n in names]
+    output = helper.make_tensor_value_info("OUTPUT", TensorProto.INT32, ["batch", 1])
+    nodes = [
+        helper.make_node("Add", ["INPUT", "START"], ["T"]),
+        helper.make_node("Add", ["T", "READY"], ["OUTPUT"]),
+    ]
+    model = helper.make_model(
+        helper.make_graph(nodes, "seq", inputs, [output]), opset_imports=[helper.make_opsetid("", 13)]
+    )
+    model.ir_version = 8
+    folder = add_model(
+        tmp_path,
+        "seq",
+        'platform: "onnxruntime_onnx"\nmax_batch_size: 4\n'
+        'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        "sequence_batching { control_input [\n"
+        '  { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },\n'
+        '  { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] } ] }\n',
+    )
+    (folder / "1").mkdir()
+    onnx.save(model, str(folder / "1" / "model.onnx"))
+    report = validate_repositories([tmp_path])
+    assert report.models[0].problems == []
+    assert report.models[0].config is not None
+    assert [i.name for i in report.models[0].config.input] == ["INPUT"]  # not extended by auto-complete
+    (folder / "config.pbtxt").write_text(
+        (folder / "config.pbtxt")
+        .read_text()
+        .replace(
+            '  { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] } ] }',
+            "] }",
+        )
+        .replace("int32_false_true: [ 0, 1 ] } ] },\n", "int32_false_true: [ 0, 1 ] } ] }\n")
+    )
+    found = errors(tmp_path, "seq")
+    assert any(
+        "configuration expects 1 inputs, model provides 3" in e and "add input(s) READY" in e for e in found
+    ), found
