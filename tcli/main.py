@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from tcli.commands import infer, model, repo, serve
+from tcli.commands import infer, model, perf, repo, serve
 
 app = typer.Typer(
     name="tcli",
@@ -21,6 +21,7 @@ app.add_typer(repo.app, name="repo")
 app.add_typer(model.app, name="model")
 app.registered_commands += serve.app.registered_commands
 app.registered_commands += infer.app.registered_commands
+app.registered_commands += perf.app.registered_commands
 
 
 def run() -> None:

@@ -300,3 +300,37 @@ def infer_outputs_table(result: Any) -> Table:
         shape = "[" + ", ".join(str(d) for d in array.shape) + "]"
         table.add_row(escape(name), result.datatypes.get(name, ""), shape, escape(text))
     return table
+
+
+def perf_progress(
+    label: str, trial: int, max_trials: int, fraction: float, windows: list[Any], percentile: int
+) -> Any:
+    """`tcli perf` while it measures: the load level, the current window's progress, and the windows so
+    far with their throughput and latency (the stability rule compares the last three)."""
+    from rich.console import Group
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
+    from tcli.perf.stats import cpp_double
+
+    heading = Text.assemble(
+        (label, "bold"), f"  window {min(trial + 1, max_trials)} of at most {max_trials}", style="cyan"
+    )
+    bar = ProgressBar(total=1.0, completed=max(0.0, min(fraction, 1.0)), width=40)
+    table = Table(box=None, padding=(0, 2), show_edge=False)
+    latency_name = "avg latency" if percentile == -1 else f"p{percentile} latency"
+    for column in ("window", "requests", "infer/sec", latency_name, "p99 latency"):
+        table.add_column(column, justify="right")
+    for index, window in enumerate(windows[-6:], start=max(1, len(windows) - 5)):
+        if window.latency is None:
+            table.add_row(str(index), "0", "-", "-", "-")
+            continue
+        table.add_row(
+            str(index),
+            str(window.client.request_count),
+            cpp_double(window.infer_per_sec),
+            f"{window.stabilizing_ns(percentile) / 1000:.0f} usec",
+            f"{window.latency.percentiles_ns[99] / 1000:.0f} usec",
+        )
+    return Group(heading, bar, table)

@@ -1,0 +1,209 @@
+"""`tcli perf` against a running tcli server, as a user drives it: perf_analyzer's summary lines, its
+CSV header, JSON, a PNG chart, sequence models, gRPC, Ctrl-C, and one-line errors. Windows are short
+and the stability band wide, so that runs end after three windows; no test asserts a speed."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from server.app import Server, ServerSettings
+from server.repository.manager import ControlMode
+from tests.cli.conftest import ROOT, run_tcli
+
+FAST = ["-p", "200", "-s", "1000", "-r", "10"]  # 200 ms windows; any three windows count as stable
+PA_HEADER = (
+    "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,"
+    "Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,"
+    "p50 latency,p90 latency,p95 latency,p99 latency"
+)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    repo = tmp_path_factory.mktemp("repo")
+    for name in ("simple", "add_sub", "simple_sequence"):
+        shutil.copytree(ROOT / "model_repository" / name, repo / name)
+    settings = ServerSettings([repo], ControlMode.NONE, http_port=0, grpc_port=0, allow_metrics=False)
+    with Server(settings) as running:
+        yield running
+
+
+def perf(server: Server, *args: str, protocol: str = "http") -> subprocess.CompletedProcess[str]:
+    port = server.http_port if protocol == "http" else server.grpc_port
+    return run_tcli("perf", *args, "-i", protocol, "-u", f"localhost:{port}")
+
+
+def test_simple_prints_perf_analyzer_summary_and_writes_csv_and_plot(server: Server, tmp_path: Path) -> None:
+    report, chart = tmp_path / "simple.csv", tmp_path / "simple.png"
+    done = perf(
+        server, "-m", "simple", *FAST, "--concurrency-range", "1:2", "-f", str(report), "--plot", str(chart)
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.startswith("*** Measurement Settings ***\n  Batch size: 1\n  Service Kind: TRITON\n")
+    assert "  Stabilizing using average latency and throughput\n  Measurement window: 200 msec\n" in out
+    assert "  Concurrency limit: 2 concurrent requests\n  Using synchronous calls for inference\n" in out
+    for level in (1, 2):
+        assert f"Request concurrency: {level}\n  Client: \n    Request count: " in out
+    for line in (
+        "    Throughput: ",
+        "    Avg latency: ",
+        "    p50 latency: ",
+        "    p90 latency: ",
+        "    p95 latency: ",
+    ):
+        assert out.count(line) == 2
+    assert out.count("    p99 latency: ") == 2 and out.count("    Avg HTTP time: ") == 2
+    assert "  Server: \n    Inference count: " in out
+    assert "    Avg request latency: " in out and " usec + compute infer " in out
+    summary = out.split("Inferences/Second vs. Client Average Batch Latency\n")[1].splitlines()
+    assert [line.split(",")[0] for line in summary] == ["Concurrency: 1", "Concurrency: 2"]
+    assert all(" infer/sec, latency " in line and line.endswith(" usec") for line in summary)
+
+    text = report.read_text()
+    assert text.splitlines()[0] == PA_HEADER
+    rows = list(csv.DictReader(text.splitlines()))
+    assert sorted(int(r["Concurrency"]) for r in rows) == [1, 2]
+    throughputs = [float(r["Inferences/Second"]) for r in rows]
+    assert throughputs == sorted(throughputs)  # perf_analyzer sorts rows by throughput
+    assert all(int(r["p50 latency"]) <= int(r["p99 latency"]) for r in rows)
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_add_sub_json_over_grpc(server: Server) -> None:
+    done = perf(server, "-m", "add_sub", *FAST, "--format", "json", protocol="grpc")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["model"] == "add_sub" and report["protocol"] == "grpc"
+    (level,) = report["results"]
+    assert level["concurrency"] == 1 and level["stable"] is True
+    assert level["request_count"] > 0 and level["throughput_infer_per_sec"] > 0
+    latency = level["latency_us"]
+    assert set(latency) == {"avg", "std", "p50", "p90", "p95", "p99"}
+    assert latency["p50"] <= latency["p90"] <= latency["p95"] <= latency["p99"]
+    server_side = level["server"]
+    assert server_side["success_count"] > 0
+    parts = ("overhead_us", "queue_us", "compute_input_us", "compute_infer_us", "compute_output_us")
+    assert all(server_side[p] >= 0 for p in parts)
+
+
+def test_add_sub_grpc_text_and_streaming(server: Server) -> None:
+    done = perf(server, "-m", "add_sub", *FAST, "--percentile", "95", protocol="grpc")
+    assert done.returncode == 0, done.stderr
+    assert "  Stabilizing using p95latency and throughput\n" in done.stdout
+    assert "    Avg gRPC time: " in done.stdout and "(un)marshal request/response" in done.stdout
+    assert "    Avg latency:" not in done.stdout  # perf_analyzer drops it when --percentile is set
+    assert "Inferences/Second vs. Client p95 Batch Latency\nConcurrency: 1, throughput: " in done.stdout
+
+    done = perf(server, "-m", "add_sub", *FAST, "--streaming", "--concurrency-range", "2", protocol="grpc")
+    assert done.returncode == 0, done.stderr
+    assert "  Stabilizing using average throughput\n" in done.stdout
+    assert "  Using asynchronous calls for inference\n" in done.stdout
+    assert "Request concurrency: 2\n" in done.stdout
+
+
+def test_sequence_model(server: Server, tmp_path: Path) -> None:
+    data = tmp_path / "sequence.json"
+    data.write_text(json.dumps({"data": [[{"INPUT": [1]}, {"INPUT": [2]}, {"INPUT": [3]}]]}))
+    done = perf(server, "-m", "simple_sequence", *FAST, "--sequence-length", "4", "--input-data", str(data))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "  Using asynchronous calls for inference\n" in out  # perf_analyzer's default for sequences
+    assert "    Sequence count: " in out and " seq/sec)\n" in out
+    requests = int(out.split("    Request count: ")[1].split("\n")[0])
+    sequences = int(out.split("    Sequence count: ")[1].split(" ")[0])
+    assert 0 < sequences <= requests
+    # every sequence started with START and ended with END: the server accepted them all
+    assert "    Successful request count: " in out
+
+    done = perf(server, "-m", "simple_sequence", *FAST, "--sync", protocol="grpc")
+    assert done.returncode == 0, done.stderr
+    assert (
+        "  Using synchronous calls for inference\n" in done.stdout and "    Sequence count: " in done.stdout
+    )
+
+
+def test_request_rate(server: Server, tmp_path: Path) -> None:
+    report = tmp_path / "rate.csv"
+    done = perf(server, "-m", "add_sub", *FAST, "--request-rate-range", "100:200:100", "-f", str(report))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert (
+        "  Request Rate limit: 200 requests per seconds\n  Using uniform distribution on request generation\n"
+        in out
+    )
+    assert "Request Rate: 100 inference requests per seconds\n" in out
+    assert "Request Rate: 200, throughput: " in out
+    assert report.read_text().startswith("Request Rate,Inferences/Second,Client Send,")
+
+
+def test_ctrl_c_stops_and_reports_what_was_measured(server: Server, tmp_path: Path) -> None:
+    tcli = Path(sys.executable).parent / "tcli"
+    report = tmp_path / "interrupted.csv"
+    command = [str(tcli), "perf", "-m", "add_sub", "-u", f"localhost:{server.http_port}", "-v"]
+    command += [
+        "-p",
+        "200",
+        "-s",
+        "0.0001",
+        "-r",
+        "1000",
+        "-f",
+        str(report),
+    ]  # never stable: runs until stopped
+    env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb"}
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:  # wait for three measured windows
+        lines.append(line)
+        if line.startswith("  Pass [3]"):
+            break
+    process.send_signal(signal.SIGINT)
+    rest, err = process.communicate(timeout=60)
+    out = "".join(lines) + rest
+    assert process.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert "  Client: \n    Request count: " in out
+    assert "Inferences/Second vs. Client Average Batch Latency\nConcurrency: 1, throughput: " in out
+    assert report.read_text().splitlines()[0] == PA_HEADER
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["-m", "nope"], "failed to get model metadata"),
+        (["-m", "simple", "--shape", "INPUT0:8"], "does not fit the model's shape [16]"),
+        (["-m", "add_sub", "-b", "2"], "can not specify batch size > 1"),
+    ],
+)
+def test_errors_are_one_line(server: Server, args: list[str], expected: str) -> None:
+    done = perf(server, *args, *FAST)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_unreachable_server_is_one_line() -> None:
+    done = run_tcli("perf", "-m", "simple", "-u", f"localhost:{_free_port()}", *FAST)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "cannot reach" in done.stderr, done.stderr
