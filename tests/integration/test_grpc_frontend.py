@@ -10,7 +10,6 @@ import json
 import queue
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -23,8 +22,8 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.conftest import link_repository, python_host_available
-from tests.integration.grpc_fixtures import RunningGrpcServer, grpc_server, start_grpc_server
+from tests.integration.conftest import python_host_available
+from tests.integration.grpc_fixtures import RunningGrpcServer, grpc_server
 
 __all__ = ["grpc_server"]  # the fixture, re-exported for pytest
 
@@ -502,10 +501,15 @@ def test_trace_settings(client: grpcclient.InferenceServerClient) -> None:
 
 
 # ------------------------------------------------------------------------------------ serving
-def test_message_size_limit_is_configurable(tmp_path: Path) -> None:
-    small = start_grpc_server(link_repository(tmp_path / "models", []), max_message_size=2**20)
+def test_message_size_limit_is_configurable(grpc_server: RunningGrpcServer) -> None:
+    from server.frontends.grpc import serve_grpc
+
+    def on_server_loop(coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, grpc_server.loop).result(timeout=30)
+
+    small = on_server_loop(serve_grpc(grpc_server.service, "127.0.0.1", 0, max_message_size=2**20))
     try:
-        with grpc.insecure_channel(small.url) as channel:
+        with grpc.insecure_channel(f"127.0.0.1:{small.port}") as channel:
             stub = pb_grpc.GRPCInferenceServiceStub(channel)
             request = pb.ModelInferRequest(model_name="simple", raw_input_contents=[b"\x00" * 2 * 2**20])
             with pytest.raises(grpc.RpcError) as caught:
@@ -513,11 +517,6 @@ def test_message_size_limit_is_configurable(tmp_path: Path) -> None:
             assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert stub.ServerLive(pb.ServerLiveRequest()).live
     finally:
-        small.stop()
-
-
-def test_a_port_in_use_is_an_error(grpc_server: RunningGrpcServer) -> None:
-    from server.frontends.grpc import serve_grpc
-
-    with pytest.raises(OSError, match="could not bind"):
-        asyncio.run(serve_grpc(grpc_server.service, "127.0.0.1", grpc_server.port))
+        on_server_loop(small.shutdown())
+    with pytest.raises(OSError, match="could not bind"):  # a port in use is an error
+        on_server_loop(serve_grpc(grpc_server.service, "127.0.0.1", grpc_server.port))
