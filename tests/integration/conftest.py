@@ -1,19 +1,17 @@
-"""A real tcli HTTP server on port 0, in-process: model manager, service and HTTP front end, the front end
-on its own event loop thread. Servers are started once per module and stopped (every model unloaded) at
-the end; start-up waits on the server binding, never on sleeps."""
+"""A real tcli HTTP server on port 0, in-process: `server.app.Server` as `tcli serve` composes it, its
+front end on its own event loop thread. Servers are started once per module and stopped (every model
+unloaded) at the end; start-up waits on the server binding, never on sleeps."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from server.app import Server, ServerSettings
 from server.repository.manager import ControlMode, ModelManager
 from server.service import InferenceService
 
@@ -33,14 +31,23 @@ def python_host_available() -> bool:
 
 @dataclass
 class RunningServer:
-    manager: ModelManager
-    service: InferenceService
-    app: Any
-    port: int
-    loop: asyncio.AbstractEventLoop
+    """A started `server.app.Server` (HTTP only) and the repository it serves."""
+
+    server: Server
     repository: Path
-    _handle: Any
-    _thread: threading.Thread
+
+    @property
+    def manager(self) -> ModelManager:
+        return self.server.manager
+
+    @property
+    def service(self) -> InferenceService:
+        return self.server.service
+
+    @property
+    def port(self) -> int:
+        assert self.server.http_port is not None
+        return self.server.http_port
 
     @property
     def url(self) -> str:
@@ -52,13 +59,7 @@ class RunningServer:
         return f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        try:
-            future = asyncio.run_coroutine_threadsafe(self._handle.shutdown(), self.loop)
-            future.result(timeout=30)
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(10)
-            self.manager.shutdown(10)
+        self.server.stop()
 
 
 def link_repository(root: Path, models: list[str]) -> Path:
@@ -77,39 +78,21 @@ def start_server(
     allow_client_shm: bool = False,
     max_input_size: int = 64 * 2**20,
 ) -> RunningServer:
-    from server.frontends.http import create_http_app, serve_http
-
-    manager = ModelManager([repository], mode)
-    manager.load_startup(load_models)
-    service = InferenceService(manager, allow_client_shm=allow_client_shm)
-    app = create_http_app(service, max_input_size=max_input_size, allow_client_shm=allow_client_shm)
-    try:
-        import uvloop
-
-        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    except ImportError:  # pragma: no cover - uvloop comes with the server's dependencies
-        loop = asyncio.new_event_loop()
-    bound = threading.Event()
-    result: dict[str, Any] = {}
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        try:
-            result["handle"] = loop.run_until_complete(serve_http(app, "127.0.0.1", 0))
-        except BaseException as exc:  # reported to the starting thread
-            result["error"] = exc
-            bound.set()
-            return
-        bound.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=run, name="http-test-server", daemon=True)
-    thread.start()
-    if not bound.wait(30) or "error" in result:
-        manager.shutdown(5)
-        raise RuntimeError(f"HTTP server did not start: {result.get('error')}")
-    handle = result["handle"]
-    return RunningServer(manager, service, app, handle.port, loop, repository, handle, thread)
+    """The real server (`server.app.Server`, as `tcli serve` composes it) with only its HTTP front end,
+    on port 0; returns once it is bound."""
+    settings = ServerSettings(
+        [repository],
+        mode,
+        load_models=list(load_models or []),
+        host="127.0.0.1",
+        http_port=0,
+        allow_grpc=False,
+        allow_metrics=False,
+        allow_client_shm=allow_client_shm,
+        http_max_input_size=max_input_size,
+        exit_timeout_secs=10,
+    )
+    return RunningServer(Server(settings).start(), repository)
 
 
 @pytest.fixture(scope="module")
