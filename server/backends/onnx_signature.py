@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,12 +47,27 @@ class OnnxSignature:
 
 
 def read_onnx_signature(path: Path) -> OnnxSignature:
+    """The model's tensors; cached per file version, since completing, validating and scaffolding a
+    model each ask (a session over a large graph costs a second)."""
+    target = path / "model.onnx" if path.is_dir() else path
+    try:
+        stat = target.stat()
+    except OSError:
+        return _read(target)  # reports the missing file
+    return _read_cached(str(target.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _read_cached(path: str, mtime_ns: int, size: int) -> OnnxSignature:
+    return _read(Path(path))
+
+
+def _read(target: Path) -> OnnxSignature:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
-    target = path / "model.onnx" if path.is_dir() else path
     try:
         session = ort.InferenceSession(str(target), options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types for any unreadable file

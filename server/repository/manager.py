@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -56,7 +57,8 @@ class ModelManager:
         self.stats = StatsBook()
         self.gpu_count = visible_gpu_count()
         self._models: dict[str, ServedModel] = {}
-        self._lock = threading.RLock()  # one load/unload at a time; readers never take it
+        self._lock = threading.RLock()  # guards the model table's updates; readers never take it
+        self._name_locks: dict[str, threading.RLock] = {}  # one load/unload of a model at a time
         self._listeners: list[Callable[[str], None]] = []
         self._poller: RepositoryPoller | None = None
 
@@ -137,41 +139,58 @@ class ModelManager:
 
     # changing --------------------------------------------------------------------------------------
     def load_startup(self, load_models: list[str] | None = None) -> None:
-        """none/poll: every model in the repositories; explicit: only `load_models` ('*' = all)."""
+        """none/poll: every model in the repositories; explicit: only `load_models` ('*' = all).
+        Models load side by side: framework imports and session set-up overlap, and a slow model
+        does not hold back the others."""
+        from concurrent.futures import ThreadPoolExecutor
+
         if self.mode == ControlMode.EXPLICIT and "*" not in (load_models or []):
             names = list(load_models or [])
         else:
             names = list(self.folders())
-        for name in names:
+        with ThreadPoolExecutor(
+            max_workers=max(2, min(4, os.cpu_count() or 2)), thread_name_prefix="load"
+        ) as pool:
+            list(pool.map(self._load_at_startup, names))
+
+    def _load_at_startup(self, name: str) -> None:
+        with self._model_lock(name):
             loaded = self._models.get(name)
             if loaded is not None and loaded.ready_versions():
-                continue  # already loaded as a composing model of an ensemble
+                return  # already loaded as a composing model of an ensemble
             try:
                 self.load(name)
             except TritonError as exc:
                 log.error("failed to load '%s': %s", name, exc.message)
 
-    def load(self, name: str, config_override: ModelConfig | None = None) -> ServedModel:
-        """(Re)load a model; raises TritonError when it ends with no ready version."""
+    def _model_lock(self, name: str) -> threading.RLock:
         with self._lock:
+            return self._name_locks.setdefault(name, threading.RLock())
+
+    def load(self, name: str, config_override: ModelConfig | None = None) -> ServedModel:
+        """(Re)load a model; raises TritonError when it ends with no ready version. The new model is
+        built outside the table's lock, so other models load and serve meanwhile."""
+        with self._model_lock(name):
             folder = self._folder(name)
-            old = self._models.get(name)
-            if old is None:
-                self._models[name] = ServedModel(
-                    name,
-                    folder.path,
-                    versions={v: VersionEntry(v, ModelState.LOADING) for v in folder.versions},
-                )
+            with self._lock:
+                old = self._models.get(name)
+                if old is None:
+                    self._models[name] = ServedModel(
+                        name,
+                        folder.path,
+                        versions={v: VersionEntry(v, ModelState.LOADING) for v in folder.versions},
+                    )
             new = self._build(folder, config_override)
             failed = not new.ready_versions()
-            if failed and old is not None and old.ready_versions():
-                # keep serving what works; the failure is reported, and a later fix is picked up
-                old.fingerprint = new.fingerprint
-                raise _load_failure(name, new)
-            self._models[name] = new
-            if old is not None:
-                _retire(old)
-            self._notify(name)
+            with self._lock:
+                if failed and old is not None and old.ready_versions():
+                    # keep serving what works; the failure is reported, and a later fix is picked up
+                    old.fingerprint = new.fingerprint
+                    raise _load_failure(name, new)
+                self._models[name] = new
+                if old is not None:
+                    _retire(old)
+                self._notify(name)
             if failed:
                 raise _load_failure(name, new)
             return new
@@ -179,7 +198,7 @@ class ModelManager:
     def unload(self, name: str) -> None:
         """Unload a model: its ready versions become UNAVAILABLE "unloaded"; versions that had failed
         keep their state and reason (Triton's index still shows why they failed)."""
-        with self._lock:
+        with self._model_lock(name), self._lock:
             model = self._models.get(name)
             if model is None:
                 return
@@ -199,7 +218,7 @@ class ModelManager:
 
     def forget(self, name: str) -> None:
         """A model whose folder is gone: unload it and drop it from the index."""
-        with self._lock:
+        with self._model_lock(name), self._lock:
             model = self._models.pop(name, None)
             if model is not None:
                 _retire(model)
@@ -277,10 +296,11 @@ class ModelManager:
 
         schedule = EnsembleSchedule(config, self.stats.get(config.name, version))
         for dependency in schedule.composing_models():
-            model = self._models.get(dependency)
-            if model is None or (not model.ready_versions() and _not_loaded(model)):
-                with contextlib.suppress(TritonError):  # reported below as the ensemble's reason
-                    self.load(dependency)
+            with self._model_lock(dependency):  # waits for a load of it already under way
+                model = self._models.get(dependency)
+                if model is None or (not model.ready_versions() and _not_loaded(model)):
+                    with contextlib.suppress(TritonError):  # reported below as the ensemble's reason
+                        self.load(dependency)
             model = self._models.get(dependency)
             if model is None or not model.ready_versions():
                 return VersionEntry(
