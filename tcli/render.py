@@ -317,7 +317,11 @@ def perf_progress(
     heading = Text.assemble(
         (label, "bold"), f"  window {min(trial + 1, max_trials)} of at most {max_trials}", style="cyan"
     )
-    bar = ProgressBar(total=1.0, completed=max(0.0, min(fraction, 1.0)), width=40)
+    done = max(0.0, min(fraction, 1.0))
+    bar = Table.grid(padding=(0, 1))
+    bar.add_row(
+        ProgressBar(total=1.0, completed=done, width=40), Text(f"{done:.0%} of this window", style="dim")
+    )
     table = Table(box=None, padding=(0, 2), show_edge=False)
     latency_name = "avg latency" if percentile == -1 else f"p{percentile} latency"
     for column in ("window", "requests", "infer/sec", latency_name, "p99 latency"):

@@ -186,7 +186,7 @@ def perf(
         Format, typer.Option("--format", help="text (perf_analyzer's output) or json.")
     ] = Format.text,
     verbose: Annotated[
-        bool, typer.Option("-v", help="Print every measurement window (Pass [n] ...).")
+        bool, typer.Option("-v", help="Print every measurement window (Pass \\[n] ...).")
     ] = False,
     processes: Annotated[
         int,
@@ -535,7 +535,7 @@ def _run(
     verbose: bool,
 ) -> None:
     from tcli.perf.profiler import Profiler
-    from tcli.perf.report import level_header, level_lines, settings_lines
+    from tcli.perf.report import BUSY_WARNING_PCT, level_header, level_lines, settings_lines
 
     text = output_format == Format.text
     if text:
@@ -584,16 +584,25 @@ def _run(
                 if text:
                     for line in level_lines(result, context):
                         _out(line)
+                if result.busy_pct > BUSY_WARNING_PCT:
+                    _err(
+                        f"a load generator process used {result.busy_pct:.0f}% of a core at this level: the "
+                        f"client may be the limit; try --processes {settings.processes + 1}"
+                    )
     except KeyboardInterrupt:
         interrupted = True
     finally:
         profiler.close()
     _finish(info, results, context, filename, plot, output_format)
     if interrupted:
-        measured = [r for r in results if r.interrupted]
-        detail = (
-            f"; the last level is reported from its {len(measured[0].windows)} window(s)" if measured else ""
-        )
+        partial = [r for r in results if r.interrupted]
+        detail = ""
+        if partial:
+            used = min(len(partial[0].windows), 3)
+            detail = (
+                f"; the last level was not yet stable and is reported from its last {used} of "
+                f"{len(partial[0].windows)} window(s)"
+            )
         _err(f"interrupted: stopped measuring{detail}")
         raise typer.Exit(INTERRUPTED_EXIT)
     if failure is not None:
