@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -20,6 +21,7 @@ import pytest
 from server.app import Server, ServerSettings
 from server.repository.manager import ControlMode
 from tests.cli.conftest import ROOT, run_tcli
+from tests.reference import SETUP_HINT, reference_dir
 
 FAST = ["-p", "200", "-s", "1000", "-r", "10"]  # 200 ms windows; any three windows count as stable
 PA_HEADER = (
@@ -207,3 +209,35 @@ def test_unreachable_server_is_one_line() -> None:
     done = run_tcli("perf", "-m", "simple", "-u", f"localhost:{_free_port()}", *FAST)
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "cannot reach" in done.stderr, done.stderr
+
+
+def _shape_of(text: str) -> list[str]:
+    """The output with every number replaced: what must match perf_analyzer line for line."""
+    return [re.sub(r"\d+(\.\d+)?(e[+-]\d+)?", "N", line) for line in text.splitlines()]
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize(
+    ("protocol", "args"),
+    [
+        ("http", ["-m", "add_sub", "--concurrency-range", "1:2"]),
+        ("grpc", ["-m", "simple_sequence", "--sequence-length", "4", "--percentile", "95"]),
+    ],
+)
+def test_same_lines_as_real_perf_analyzer(
+    server: Server, tmp_path: Path, protocol: str, args: list[str]
+) -> None:
+    analyzer = reference_dir() / "bin" / "perf_analyzer"
+    if not (analyzer.is_file() and os.access(analyzer, os.X_OK)):
+        pytest.skip(f"real perf_analyzer not installed: run {SETUP_HINT}")
+    port = server.http_port if protocol == "http" else server.grpc_port
+    common = [*args, *FAST, "-i", protocol, "-u", f"localhost:{port}"]
+    theirs = subprocess.run(
+        [str(analyzer), *common, "-f", str(tmp_path / "pa.csv")], capture_output=True, text=True, timeout=120
+    )
+    assert theirs.returncode == 0, theirs.stdout + theirs.stderr
+    ours = run_tcli("perf", *common, "-f", str(tmp_path / "tcli.csv"))
+    assert ours.returncode == 0, ours.stderr
+    assert _shape_of(ours.stdout) == _shape_of(theirs.stdout)
+    pa_header = (tmp_path / "pa.csv").read_text().splitlines()[0]
+    assert (tmp_path / "tcli.csv").read_text().splitlines()[0] == pa_header
