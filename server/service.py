@@ -1,11 +1,20 @@
 """The one core facade both front ends call: health, metadata, config, infer, repository, statistics,
-logging and trace settings. Nothing here knows HTTP or gRPC."""
+logging and trace settings. Nothing here knows HTTP or gRPC.
+
+Two ways to infer: `infer(request)` gives a model's one response (every model but decoupled ones);
+`infer_stream(request)` yields the responses as the model sends them (any model: decoupled ones send
+zero, one or many, the others exactly one). Both raise TritonError for a request that never reaches
+the model (unknown model, bad inputs, sequence errors, a full queue); `infer_stream` yields the
+errors the model answers with, as StreamResponse items, since a decoupled model may go on sending
+after one."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +31,7 @@ from server.protocol.errors import (
 )
 from server.protocol.types import InferenceRequest, InferenceResponse
 from server.repository.manager import ControlMode, ModelManager
+from server.scheduling.work import ResponseStream
 
 if TYPE_CHECKING:
     from server.repository.models import ServedModel
@@ -82,6 +92,16 @@ class TraceSettings:
 def _deliver(future: asyncio.Future[Any], result: object) -> None:
     if not future.done():
         future.set_result(result)
+
+
+@dataclass(slots=True)
+class StreamResponse:
+    """One item of `infer_stream`: a response, or an error the model answered with, or (neither) the
+    flags-only end of a decoupled model's responses. `final` marks the request's last item."""
+
+    response: InferenceResponse | None = None
+    error: TritonError | None = None
+    final: bool = False
 
 
 class InferenceService:
@@ -148,6 +168,18 @@ class InferenceService:
             "outputs": [describe(t) for t in config.output],
         }
 
+    def input_schema(
+        self, name: str, version: str = ""
+    ) -> tuple[bool, dict[str, tuple[str, tuple[int, ...]]]]:
+        """Whether a ready model batches, and its inputs: name -> (wire datatype, dims)."""
+        config = self._ready_model(name, version).config
+        assert config is not None
+        inputs = {
+            tensor.name: (datatypes.config_to_wire(enum_name(tensor, "data_type")), tuple(tensor.dims))
+            for tensor in config.input
+        }
+        return config.max_batch_size > 0, inputs
+
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
         from server.config.write import to_json_dict
 
@@ -167,6 +199,11 @@ class InferenceService:
             return self._finish(model, request, response)
         if config is None or rules is None or runner is None:
             raise not_found(f"Request for unknown model: '{request.model_name}' has no available versions")
+        if config.model_transaction_policy.decoupled:
+            raise unsupported(
+                f"model '{request.model_name}' is decoupled: its responses can only be streamed "
+                "(gRPC ModelStreamInfer, HTTP generate_stream)"
+            )
         rules.check(request)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[InferenceResponse | TritonError] = loop.create_future()
@@ -179,6 +216,58 @@ class InferenceService:
         if isinstance(result, TritonError):
             raise result
         return self._finish(model, request, result)
+
+    async def infer_stream(self, request: InferenceRequest) -> AsyncGenerator[StreamResponse, None]:
+        """The responses to `request` as the model sends them, the last one marked final. Raises
+        TritonError (before yielding anything) when the request does not reach the model. Closing the
+        iterator before the final item cancels the request: the model's response sender reports
+        is_cancelled() from then on."""
+        if not self.accepting:
+            raise unavailable("Server is shutting down: not accepting new inference requests")
+        model, entry = self.manager.resolve(request.model_name, request.model_version)
+        config, rules, runner = model.config, model.rules, entry.runner
+        if entry.ensemble is not None and rules is not None:
+            rules.check(request)
+            try:
+                response = await entry.ensemble.infer(request, self.infer, str(entry.version))
+            except TritonError as error:
+                yield StreamResponse(None, error, True)
+                return
+            yield StreamResponse(self._finish(model, request, response), None, True)
+            return
+        if config is None or rules is None or runner is None:
+            raise not_found(f"Request for unknown model: '{request.model_name}' has no available versions")
+        rules.check(request)
+        loop = asyncio.get_running_loop()
+        answers: asyncio.Queue[tuple[InferenceResponse | TritonError | None, bool]] = asyncio.Queue()
+
+        def sink(result: InferenceResponse | TritonError | None, final: bool) -> None:
+            # a closed event loop (the server stopped) has nobody listening any more
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(answers.put_nowait, (result, final))
+
+        stream = ResponseStream(sink)
+
+        def finish(result: InferenceResponse | TritonError) -> None:
+            # after the final response this is a no-op; before it, an error (a queue timeout, a failed
+            # execution) ends the request
+            stream.deliver(result, True)
+
+        runner.submit(request, finish, stream)
+        try:
+            while True:
+                answer, final = await answers.get()
+                if answer is None:
+                    yield StreamResponse(None, None, final)
+                elif isinstance(answer, TritonError):
+                    yield StreamResponse(None, answer, final)
+                else:
+                    yield StreamResponse(self._finish(model, request, answer), None, final)
+                if final:
+                    return
+        finally:
+            if not stream.finished:
+                stream.cancelled = True
 
     def _finish(
         self, model: ServedModel, request: InferenceRequest, response: InferenceResponse

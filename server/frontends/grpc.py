@@ -3,8 +3,10 @@ standard `grpc.health.v1.Health` service on a grpc.aio server, over InferenceSer
 
 Every RPC decodes its message with server/protocol/grpc_codec.py, calls the core facade and encodes
 the answer; errors become the gRPC status of their code (ErrorCode.grpc_status_name) with the core's
-message. ModelStreamInfer answers each request on the stream, in request order (models here are not
-decoupled), errors as `error_message` without closing the stream. Health's Check answers SERVING
+message. ModelStreamInfer answers each request on the stream: a decoupled model's responses as the
+model sends them (`triton_final_response` on the last; its flags-only end only to requests that set
+`triton_enable_empty_final_response`), other models' in request order, errors as `error_message`
+without closing the stream; unary ModelInfer refuses decoupled models, as Triton does. Health's Check answers SERVING
 while the server is ready, NOT_SERVING otherwise, whatever service is named, as Triton does.
 
 Messages of up to INT32_MAX bytes are accepted and sent by default (Triton's limit), so real tensors
@@ -14,8 +16,10 @@ fit; `max_message_size` lowers it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -42,6 +46,8 @@ _NOT_SERVING = b"\x08\x02"
 _STATUS = {code: getattr(grpc.StatusCode, code.grpc_status_name) for code in ErrorCode}
 
 T = TypeVar("T")
+_Answer = tuple[Any, "TritonError | None"]  # a stream message, and the error it reports if any
+DECOUPLED_MODEL_INFER = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 
 
 class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
@@ -142,6 +148,8 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request: Any, context: aio.ServicerContext) -> Any:
         try:
+            if self.service.is_decoupled(request.model_name):
+                raise TritonError(ErrorCode.UNSUPPORTED, DECOUPLED_MODEL_INFER)
             infer_request, _ = self._decode(request)
             response = await self.service.infer(infer_request)
             return codec.encode_infer_response(response, infer_request.outputs, self._shm_view)
@@ -151,48 +159,113 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
             log.exception("unexpected error in ModelInfer")
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
 
-    async def _stream_one(self, message: Any) -> Any:
+    async def _answers(self, message: Any, decoupled: bool) -> AsyncGenerator[_Answer, None]:
+        """The stream messages answering one ModelInferRequest, as the model sends its responses."""
         try:
-            infer_request, _ = self._decode(message)
-            response = await self.service.infer(infer_request)
-            return codec.stream_response(
-                codec.encode_infer_response(response, infer_request.outputs, self._shm_view)
-            )
+            request, empty_final = self._decode(message)
+            async with contextlib.aclosing(self.service.infer_stream(request)) as items:
+                async for item in items:
+                    if item.response is not None:
+                        encoded = codec.encode_infer_response(item.response, request.outputs, self._shm_view)
+                        yield codec.stream_response(encoded, item.final), None
+                    elif item.error is not None:
+                        yield (
+                            codec.stream_error(
+                                item.error.message,
+                                message.id,
+                                message.model_name,
+                                message.model_version,
+                                item.final,
+                            ),
+                            item.error,
+                        )
+                    elif empty_final and decoupled:  # the flags-only final of a decoupled model
+                        yield (
+                            codec.stream_empty_final(message.id, message.model_name, message.model_version),
+                            None,
+                        )
         except TritonError as error:
-            return codec.stream_error(error.message, message.id)
+            yield codec.stream_error(error.message, message.id), error
         except Exception as exc:
             log.exception("unexpected error in ModelStreamInfer")
-            return codec.stream_error(f"internal error: {type(exc).__name__}: {exc}", message.id)
+            failure = TritonError(ErrorCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+            yield codec.stream_error(failure.message, message.id), failure
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Any], context: aio.ServicerContext
     ) -> AsyncIterator[Any]:
         """Reads requests and starts each as it arrives (so a sequence's requests reach the core in
-        stream order); writes the answers in the same order."""
+        stream order). Responses of decoupled models are written as the model sends them; those of
+        other models in request order among themselves, as Triton does. An error is written as the
+        stream message's `error_message` and the stream goes on, unless the client opened the stream
+        with the header `triton_grpc_error: true`: then the first error ends the call with its gRPC
+        status. A client that goes away cancels its requests still answering."""
         loop = asyncio.get_running_loop()
-        pending: asyncio.Queue[asyncio.Task[Any] | None] = asyncio.Queue()
+        out: asyncio.Queue[_Answer | None] = asyncio.Queue()
+        ordered: deque[asyncio.Future[list[_Answer]]] = deque()  # answers of default models, in order
+        tasks: set[asyncio.Task[None]] = set()
+        reading = True
+        grpc_error = any(
+            key == "triton_grpc_error" and str(value).lower() == "true"
+            for key, value in (context.invocation_metadata() or ())
+        )
+
+        def flush() -> None:
+            while ordered and ordered[0].done():
+                for answer in ordered.popleft().result():
+                    out.put_nowait(answer)
+
+        def finished(task: asyncio.Task[None]) -> None:
+            tasks.discard(task)
+            if not reading and not tasks:
+                out.put_nowait(None)
+
+        async def decoupled(message: Any) -> None:
+            async with contextlib.aclosing(self._answers(message, True)) as answers:
+                async for answer in answers:
+                    out.put_nowait(answer)
+
+        async def in_order(message: Any, slot: asyncio.Future[list[_Answer]]) -> None:
+            try:
+                async with contextlib.aclosing(self._answers(message, False)) as answers:
+                    slot.set_result([answer async for answer in answers])
+            finally:
+                if not slot.done():
+                    slot.cancel()
+                flush()
 
         async def read() -> None:
+            nonlocal reading
             try:
                 async for message in request_iterator:
-                    pending.put_nowait(loop.create_task(self._stream_one(message)))
+                    if self.service.is_decoupled(message.model_name):
+                        task = loop.create_task(decoupled(message))
+                    else:
+                        slot: asyncio.Future[list[_Answer]] = loop.create_future()
+                        ordered.append(slot)
+                        task = loop.create_task(in_order(message, slot))
+                    tasks.add(task)
+                    task.add_done_callback(finished)
             finally:
-                pending.put_nowait(None)
+                reading = False
+                if not tasks:
+                    out.put_nowait(None)
 
         reader = loop.create_task(read())
         try:
             while True:
-                task = await pending.get()
-                if task is None:
+                answer = await out.get()
+                if answer is None:
                     break
-                yield await task
+                message, error = answer
+                if error is not None and grpc_error:
+                    await context.abort(_STATUS[error.code], error.message)
+                yield message
             await reader  # re-raises a failed read (the client went away): the call ends
         finally:
             reader.cancel()
-            while not pending.empty():
-                leftover = pending.get_nowait()
-                if leftover is not None:
-                    leftover.cancel()
+            for task in list(tasks):
+                task.cancel()
 
     # repository ------------------------------------------------------------------------------------
     async def RepositoryIndex(self, request: Any, context: aio.ServicerContext) -> Any:

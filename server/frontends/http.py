@@ -21,12 +21,14 @@ client's Accept-Encoding asks for it (Triton compresses nothing else).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import math
 import re
 import socket
 import zlib
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -45,9 +47,11 @@ from server.protocol.json_codec import (
     parse_json,
 )
 from server.protocol.shm import SharedMemoryRegistry
+from server.protocol.types import InferenceRequest, Tensor
 
 if TYPE_CHECKING:
-    from server.service import InferenceService
+    from server.protocol.types import InferenceResponse
+    from server.service import InferenceService, StreamResponse
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -67,6 +71,7 @@ _CUDA_SHM_ROUTE = re.compile(r"/v2/cudasharedmemory(?:/region/([^/]+))?/(status|
 _REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
 
 _JSON = (b"content-type", b"application/json")
+_SSE = (b"content-type", b"text/event-stream; charset=utf-8")
 _TEXT = (b"content-type", b"text/plain")
 _OCTET = (b"content-type", b"application/octet-stream")
 _NOT_FOUND = b'{"error":"Not Found"}'
@@ -308,7 +313,7 @@ class HttpFrontend:
         if action in ("generate", "generate_stream"):
             if method != "POST":
                 return await _not_allowed(send)
-            raise unsupported(f"the '{action}' extension is not supported by this server")
+            return await self._generate(receive, send, model, version, action == "generate_stream")
         if method != "GET":
             return await _not_allowed(send)
         if action is None:
@@ -320,6 +325,82 @@ class HttpFrontend:
         if action == "config":
             return await self._json(send, service.model_config(model, version))
         return await self._json(send, service.statistics(model, version))  # stats
+
+    # generate extension ----------------------------------------------------------------------------
+    async def _generate(self, receive: Receive, send: Send, model: str, version: str, stream: bool) -> None:
+        """POST .../generate (exactly one response, as JSON) and .../generate_stream (every response
+        as a server-sent event); see `decode_generate` and `encode_generate` for the JSON forms."""
+        batching, schema = self.service.input_schema(model, version)
+        body = await _read_body(receive, self.max_input_size, True)
+        request = decode_generate(body, model, version, batching, schema)
+        answers = self.service.infer_stream(request)
+        if not stream:
+            async with contextlib.aclosing(answers):
+                items = [
+                    item async for item in answers if item.response is not None or item.error is not None
+                ]
+            if len(items) != 1:
+                return await _respond(send, 200, _error_body(GENERATE_ONE_RESPONSE))
+            if items[0].error is not None:
+                return await _respond(send, 400, _error_body(items[0].error.message))
+            assert items[0].response is not None
+            return await _respond(send, 200, encode_generate(items[0].response))
+        await self._generate_stream(receive, send, answers)
+
+    async def _generate_stream(
+        self, receive: Receive, send: Send, answers: AsyncGenerator[StreamResponse, None]
+    ) -> None:
+        """Server-sent events, one `data: {...}` per response; the status is fixed by the first one
+        (400 when it is an error). A client that disconnects cancels the request."""
+        loop = asyncio.get_running_loop()
+        streaming = asyncio.current_task()
+        gone = False
+
+        async def watch() -> None:  # the body is read: the next message is the disconnect
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            if streaming is not None:
+                streaming.cancel()
+
+        watcher = loop.create_task(watch())
+        started = False
+        try:
+            async with contextlib.aclosing(answers):
+                first = True
+                async for item in answers:
+                    if item.response is not None:
+                        event = encode_generate(item.response)
+                    elif item.error is not None:
+                        event = _error_body(item.error.message)
+                    else:
+                        continue
+                    if first:
+                        first = False
+                        status = 400 if item.error is not None else 200
+                        await send({"type": "http.response.start", "status": status, "headers": [_SSE]})
+                        started = True
+                    await send(
+                        {"type": "http.response.body", "body": b"data: " + event + b"\n\n", "more_body": True}
+                    )
+            if not started:
+                await send({"type": "http.response.start", "status": 200, "headers": [_SSE]})
+            await send({"type": "http.response.body", "body": b""})
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            if streaming is not None:
+                streaming.uncancel()  # cancelled here because the client went away: nothing more to do
+        except TritonError as error:
+            if started:  # the events already began: the error becomes one more
+                await send(
+                    {"type": "http.response.body", "body": b"data: " + _error_body(error.message) + b"\n\n"}
+                )
+            else:
+                raise
+        finally:
+            watcher.cancel()
 
     # repository ------------------------------------------------------------------------------------
     async def _repository(
@@ -601,3 +682,179 @@ async def serve_http(app: ASGIApp, host: str, port: int) -> HttpServerHandle:
         sock.close()
         raise
     return HttpServerHandle(int(sock.getsockname()[1]), server, [sock], app)
+
+
+# generate extension ------------------------------------------------------------------------------------
+GENERATE_ONE_RESPONSE = (
+    "generate expects model to produce exactly 1 response, use generate stream for model that generates "
+    "various number of responses"
+)
+_PARAMETER_TYPE = "has invalid type. It should be either 'int', 'bool', or 'string'."
+_ELEMENT_ERRORS = {
+    "BOOL": "Unable to parse 'data': attempt to access JSON non-boolean as boolean",
+    "BYTES": "Unable to parse JSON bytes array: attempt to access JSON non-string as string",
+    "FLOAT": "Unable to parse 'data': attempt to access JSON non-number as double",
+    "INT": "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer",
+    "UINT": "Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer",
+}
+
+
+class _Members(list[tuple[str, Any]]):
+    """A JSON object's members, in document order (duplicates kept)."""
+
+
+def _malformed(message: str) -> TritonError:
+    # Triton answers these with 500; a client's mistake is a 400 here, as for /infer
+    return invalid_arg(message)
+
+
+def _parameter(key: str, value: Any, prefix: str = "") -> Any:
+    if type(value) in (bool, int, float, str):
+        return value
+    raise invalid_arg(f"{prefix}parameter '{key}' {_PARAMETER_TYPE}")
+
+
+def decode_generate(
+    body: bytes | bytearray,
+    model: str,
+    version: str,
+    batching: bool,
+    schema: dict[str, tuple[str, tuple[int, ...]]],
+) -> InferenceRequest:
+    """A generate request body as Triton 2.51 reads it: a JSON object whose keys naming model inputs
+    become tensors (a JSON scalar or a flat array, its shape the input's dims with the one variable
+    dimension, or the batch dimension, worked out from the element count), `id` the request id, the
+    `parameters` object and every other key request parameters (bool, number or string). Errors carry
+    Triton's messages, all INVALID_ARG (Triton answers a malformed body with 500)."""
+    import json
+
+    try:
+        pairs = json.loads(bytes(body), object_pairs_hook=_Members)
+    except ValueError as exc:
+        message = "The document is empty." if not body.strip() else str(exc)
+        raise _malformed(f"failed to parse the request JSON buffer: {message}") from None
+    if not isinstance(pairs, _Members):
+        raise _malformed("attempt to get members for non-object")
+    request_id = ""
+    parameters: dict[str, Any] = {}
+    inputs: list[Tensor] = []
+    seen: set[str] = set()
+    for key, value in pairs:
+        if key == "id":
+            if type(value) is not str:
+                raise _malformed("Unable to parse 'id': attempt to access JSON non-string as string")
+            request_id = value
+            parameters[key] = value
+        elif key == "parameters":
+            if not isinstance(value, _Members):
+                raise _malformed(
+                    "Expected JSON object for keyword: 'parameters': attempt to access JSON non-object as object"
+                )
+            for name, item in value:
+                parameters[name] = _parameter(name, item, "Converting keyword: 'parameters': ")
+        elif key in schema:
+            if key in seen:
+                raise invalid_arg(f"[request id: <id_unknown>] input '{key}' already exists in request")
+            seen.add(key)
+            datatype, dims = schema[key]
+            inputs.append(_generate_tensor(key, value, datatype, dims, batching))
+        else:
+            parameters[key] = _parameter(key, value)
+    return InferenceRequest(model, version, request_id, inputs, [], parameters)
+
+
+def _generate_tensor(name: str, value: Any, datatype: str, dims: tuple[int, ...], batching: bool) -> Tensor:
+    import numpy as np
+
+    from server.protocol import datatypes
+
+    elements = value if type(value) is list else [value]
+    shape = _generate_shape(len(elements), dims, batching)
+    if shape is None:
+        raise invalid_arg(f"The schema can not convert input '{name}' to tensor with proper shape")
+    if any(type(element) is list for element in elements):
+        flat: list[Any] = []
+        pending = list(reversed(elements))
+        while pending:
+            element = pending.pop()
+            if type(element) is list:
+                pending.extend(reversed(element))
+            else:
+                flat.append(element)
+        elements = flat
+    kind = (
+        datatype
+        if datatype in ("BOOL", "BYTES")
+        else "FLOAT"
+        if datatype in ("FP16", "FP32", "FP64", "BF16")
+        else "UINT"
+        if datatype.startswith("UINT")
+        else "INT"
+    )
+    for element in elements:
+        ok = (
+            type(element) is str
+            if kind == "BYTES"
+            else type(element) is bool
+            if kind == "BOOL"
+            else type(element) in (int, float)
+            if kind == "FLOAT"
+            else type(element) is int and (element >= 0 or kind == "INT")
+        )
+        if not ok:
+            raise _malformed(_ELEMENT_ERRORS[kind])
+    if len(elements) != math.prod(shape):
+        raise _malformed("Unable to parse 'data': Shape does not match true shape of 'data' field")
+    if datatype == "BYTES":
+        data = np.empty(len(elements), dtype=object)
+        data[:] = [element.encode() for element in elements]
+    elif datatype == "BF16":
+        floats = np.array(elements, dtype=np.float32)
+        data = (floats.view(np.uint32) >> 16).astype(np.uint16)
+    else:
+        dtype = datatypes.wire_to_numpy(datatype)
+        data = np.array(elements, dtype=np.float64 if kind == "FLOAT" else None).astype(dtype)
+    return Tensor(name, datatype, shape, data.reshape(shape))
+
+
+def _generate_shape(count: int, dims: tuple[int, ...], batching: bool) -> tuple[int, ...] | None:
+    """The input shape for `count` elements: the dims (after the batch dimension when the model
+    batches), the one variable dimension taking what is left; with a variable dimension in the dims
+    the batch is 1. None when the elements do not fit."""
+    shape = [-1, *dims] if batching else list(dims)
+    if batching and -1 in dims:
+        shape[0] = 1
+    free = [index for index, dim in enumerate(shape) if dim < 0]
+    fixed = 1
+    for dim in shape:
+        if dim >= 0:
+            fixed *= dim
+    if not free:
+        return tuple(shape) if fixed == count else None
+    if len(free) > 1 or fixed == 0 or count % fixed:
+        return None
+    shape[free[0]] = count // fixed
+    return tuple(shape)
+
+
+def encode_generate(response: InferenceResponse) -> bytes:
+    """A generate response: `id` (when the request had one), `model_name`, `model_version` and every
+    output by name, its elements as a flat JSON array (a single element unwrapped), keys sorted as
+    Triton writes them."""
+    import numpy as np
+
+    document: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
+    if response.id:
+        document["id"] = response.id
+    for tensor in response.outputs:
+        data = np.asarray(tensor.data).reshape(-1)
+        if tensor.datatype == "BYTES":
+            values: list[Any] = [
+                v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in data.tolist()
+            ]
+        elif tensor.datatype == "BF16":
+            values = (data.astype(np.uint32) << 16).view(np.float32).tolist()
+        else:
+            values = data.tolist()
+        document[tensor.name] = values[0] if len(values) == 1 else values
+    return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)

@@ -533,17 +533,31 @@ def _write_shm(tensor: Tensor, target: Mapping[str, Any], shm: ShmView | None) -
     view[: len(blob)] = blob
 
 
-def stream_response(message: Any) -> Any:
-    """A ModelStreamInferResponse carrying a (non-decoupled) model's one, final response."""
-    message.parameters[FINAL_RESPONSE].bool_param = True
+def stream_response(message: Any, final: bool = True) -> Any:
+    """A ModelStreamInferResponse carrying a response, with `triton_final_response` as Triton sets it
+    (true on a request's last response: always for a model that is not decoupled)."""
+    message.parameters[FINAL_RESPONSE].bool_param = final
     return pb.ModelStreamInferResponse(infer_response=message)
 
 
-def stream_error(message: str, request_id: str) -> Any:
-    """A ModelStreamInferResponse reporting a failed request: the error and the request's id."""
-    return pb.ModelStreamInferResponse(
-        error_message=message, infer_response=pb.ModelInferResponse(id=request_id)
-    )
+def stream_error(
+    message: str, request_id: str, model_name: str = "", model_version: str = "", final: bool | None = None
+) -> Any:
+    """A ModelStreamInferResponse reporting an error. A request that never reached the model gets the
+    error and its id only; an error response of the model also names the model and the version the
+    request asked for, and carries `triton_final_response`, as in Triton."""
+    answer = pb.ModelInferResponse(id=request_id, model_name=model_name, model_version=model_version)
+    if final is not None:
+        answer.parameters[FINAL_RESPONSE].bool_param = final
+    return pb.ModelStreamInferResponse(error_message=message, infer_response=answer)
+
+
+def stream_empty_final(request_id: str, model_name: str, model_version: str) -> Any:
+    """The flags-only end of a decoupled model's responses, sent only to requests that set
+    `triton_enable_empty_final_response`: id, model name and the version the request asked for."""
+    answer = pb.ModelInferResponse(id=request_id, model_name=model_name, model_version=model_version)
+    answer.parameters[FINAL_RESPONSE].bool_param = True
+    return pb.ModelStreamInferResponse(infer_response=answer)
 
 
 # ------------------------------------------------------------------------------------------ metadata

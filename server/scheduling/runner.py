@@ -1,5 +1,11 @@
 """One loaded model version: its instances, each a worker thread pulling batches from the model's
-scheduler, and the execution of a batch (merge, reshape, execute, split, time, respond)."""
+scheduler, and the execution of a batch (merge, reshape, execute, split, time, respond).
+
+Python models get a response channel per request (`_Channel`): what the model sends through the
+request's response sender goes to the request's `stream` (decoupled models) or becomes its one
+result, and the request completes at its final response. Statistics follow Triton 2.51's python
+backend: a request counts as a success (or failure) when execute() returns, whenever its responses
+are sent."""
 
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from server.protocol import datatypes
 from server.protocol.errors import TritonError, internal
 from server.protocol.types import InferenceResponse, Tensor
 from server.scheduling.sequence import NullItem
-from server.scheduling.work import Completion, DefaultScheduler, Scheduler, WorkItem
+from server.scheduling.work import Completion, DefaultScheduler, ResponseStream, Scheduler, WorkItem
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -118,8 +124,15 @@ class ModelRunner:
         self._instances.clear()
 
     # requests --------------------------------------------------------------------------------------
-    def submit(self, request: InferenceRequest, complete: Completion) -> None:
+    def submit(
+        self, request: InferenceRequest, complete: Completion, stream: ResponseStream | None = None
+    ) -> None:
+        """Queue `request`; `complete` gets its result (or follows its final response, which goes to
+        `stream` with every other response of a decoupled model). Raises TritonError when the
+        scheduler refuses it."""
         item = WorkItem(request, request.batch_size(self.batched), complete)
+        if stream is not None:
+            item.stream = stream
         self.scheduler.enqueue(item)
 
     def _work(self, instance: TensorModel | RequestModel, index: int) -> None:
@@ -174,7 +187,15 @@ class ModelRunner:
         for item in batch:
             item.started_ns = start
         try:
-            results = model.execute([item.request for item in batch])
+            execute_channels = getattr(model, "execute_channels", None)
+            if execute_channels is None:
+                results: list[InferenceResponse | TritonError | None] = list(
+                    model.execute([item.request for item in batch])
+                )
+            else:
+                results = execute_channels(
+                    [item.request for item in batch], [_Channel(item) for item in batch]
+                )
         except TritonError as error:
             self._fail(batch, error)
             return
@@ -193,7 +214,8 @@ class ModelRunner:
                 self.stats.record_success(
                     item.rows, end - item.enqueued_ns, start - item.enqueued_ns, 0, end - start, 0
                 )
-                item.complete(result)
+                if result is not None:  # None: it answers through its response sender
+                    item.complete(result)
 
     def _succeed(
         self,
@@ -257,3 +279,33 @@ class ModelRunner:
                     array = array.astype(expected)
             tensors.append(Tensor(name, datatype, tuple(int(d) for d in array.shape), array))
         return InferenceResponse(self.name, self.version, request.id, tensors)
+
+
+class _Channel:
+    """One request's end of its python model's response sender (any thread may send)."""
+
+    __slots__ = ("_item", "_response")
+
+    def __init__(self, item: WorkItem) -> None:
+        self._item = item
+        self._response: InferenceResponse | TritonError | None = None
+
+    def send(self, result: InferenceResponse | TritonError | None, final: bool) -> None:
+        item = self._item
+        stream = item.stream
+        if stream is not None:
+            stream.deliver(result, final)
+        elif result is not None:
+            self._response = result  # a default model's one response (its final flag may follow alone)
+        if not final:
+            return
+        if stream is None:
+            result = self._response
+        if result is None:  # nothing but the final flag: the schedulers still see a (empty) response
+            request = item.request
+            result = InferenceResponse(request.model_name, request.model_version, request.id, [])
+        item.complete(result)
+
+    def is_cancelled(self) -> bool:
+        stream = self._item.stream
+        return stream is not None and stream.cancelled

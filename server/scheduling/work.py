@@ -1,4 +1,5 @@
-"""A queued request and the scheduler interface instance workers pull batches from."""
+"""A queued request, the channel a request's responses stream through, and the scheduler interface
+instance workers pull batches from."""
 
 from __future__ import annotations
 
@@ -15,11 +16,46 @@ if TYPE_CHECKING:
     from server.protocol.types import InferenceRequest, InferenceResponse
 
 Completion = Callable[["InferenceResponse | TritonError"], None]
+StreamSink = Callable[["InferenceResponse | TritonError | None", bool], None]
+
+
+class ResponseStream:
+    """Where the responses of one streamed request go, as the model sends them (a decoupled model may
+    send any number; the others send one).
+
+    `deliver(result, final)` may be called from any thread (the model's own ones included): a
+    response, an error response, or None for a flags-only final; nothing is delivered after the final
+    one. The consumer sets `cancelled` when its client went away, which the model sees through its
+    response sender's `is_cancelled()`.
+    """
+
+    __slots__ = ("_lock", "_sink", "cancelled", "finished")
+
+    def __init__(self, sink: StreamSink) -> None:
+        self._sink = sink
+        self._lock = threading.Lock()
+        self.finished = False
+        self.cancelled = False
+
+    def deliver(self, result: InferenceResponse | TritonError | None, final: bool) -> None:
+        with self._lock:
+            if self.finished:
+                return
+            if final:
+                self.finished = True
+        self._sink(result, final)
 
 
 @dataclass(slots=True)
 class WorkItem:
-    """One request waiting for an instance. `complete` is called exactly once, from a worker thread."""
+    """One request waiting for an instance. `complete` is called exactly once, from a worker thread or
+    (for a request answered through its response sender) from the thread that sent its final response.
+
+    A streamed request carries a `stream`: every response its model sends through the response sender
+    goes there as it is sent, and `complete` follows the final one (its result then matters only to
+    the schedulers that wrap `complete`). A request that ends otherwise (a failed execution, a queue
+    timeout) gets its error through `complete` alone: the stream's consumer then ends the stream with
+    it (InferenceService does)."""
 
     request: InferenceRequest
     rows: int  # batch rows it brings (1 for a non-batching model)
@@ -28,6 +64,7 @@ class WorkItem:
     priority_level: int = 0  # 0 = the model's default level
     deadline_ns: int = 0  # 0 = no queue timeout
     started_ns: int = 0  # set when a worker takes it
+    stream: ResponseStream | None = None  # streamed requests: where the responses go as they are sent
 
 
 class Scheduler(ABC):

@@ -24,6 +24,8 @@ MODELS = [
     "add_sub",
     "simple_identity",
     "simple_sequence",
+    "simple_dyna_sequence",
+    "repeat_int32",
     "digits_onnx",
     "digits_torchscript",
     "digits_preprocess",

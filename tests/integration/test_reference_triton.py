@@ -1,8 +1,9 @@
 """The example repository's python-backend models, served by the REAL Triton 2.51.
 
 Real Triton here has only the python backend. So the python models (add_sub,
-simple_identity, simple_sequence, digits_preprocess) run as they are, digits_ensemble runs with
-a python stand-in for digits_onnx (same config, `backend: "python"`), and the other models are
+simple_identity, simple_sequence, simple_dyna_sequence, repeat_int32, digits_preprocess) run as
+they are, digits_ensemble runs with a python stand-in for digits_onnx (same config,
+`backend: "python"`), and the other models are
 checked for getting past real Triton's repository and config checks up to the missing backend.
 """
 
@@ -24,7 +25,14 @@ from tests.reference import RealTriton, require_reference_triton
 pytestmark = pytest.mark.reference
 
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
-PYTHON_MODELS = ["add_sub", "simple_identity", "simple_sequence", "digits_preprocess"]
+PYTHON_MODELS = [
+    "add_sub",
+    "simple_identity",
+    "simple_sequence",
+    "simple_dyna_sequence",
+    "repeat_int32",
+    "digits_preprocess",
+]
 NON_PYTHON_MODELS = {
     "simple": "onnxruntime",
     "digits_onnx": "onnxruntime",

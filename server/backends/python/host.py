@@ -3,13 +3,25 @@ execute lists of requests through our `triton_python_backend_utils`, finalize on
 
 Each instance runs on its own worker thread, so pure-Python models share the GIL; models that spend
 their time in numpy or a framework release it.
+
+Every request execute() gets has a response sender (`request.get_response_sender()`) when the runner
+gives a response channel per request (`execute_channels`). A default model either returns its list
+of responses or returns None and answers through the senders (one response each, possibly from its
+own threads). A decoupled model (`model_transaction_policy { decoupled: true }`) must return None and
+sends zero, one or many responses per request, the last with TRITONSERVER_RESPONSE_COMPLETE_FINAL;
+its execute() may also be a coroutine, which runs on the instance's own event loop thread while the
+instance takes its next requests, as Triton's python backend runs it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import json
-from typing import TYPE_CHECKING, Any
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from server.backends.base import InstanceSpec, ModelContext, RequestModel
 from server.backends.python import model_import
@@ -25,6 +37,35 @@ _RESERVED_PARAMETERS = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
 )
 _KIND_NAMES = {"KIND_CPU": "CPU", "KIND_GPU": "GPU", "KIND_MODEL": "MODEL"}
+_FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class ResponseChannel(Protocol):
+    """The server's end of one request's response sender: `send(result, final)` delivers a converted
+    response, an error, or None (a flags-only final); `is_cancelled()` tells whether the client went
+    away. Called from whichever thread the model sends on."""
+
+    def send(self, result: InferenceResponse | TritonError | None, final: bool, /) -> None: ...
+
+    def is_cancelled(self) -> bool: ...
+
+
+class _Transport:
+    """pb_utils.ResponseTransport over a ResponseChannel: converts the model's responses."""
+
+    __slots__ = ("_channel", "_host", "_request")
+
+    def __init__(self, host: PythonModel, request: InferenceRequest, channel: ResponseChannel) -> None:
+        self._host = host
+        self._request = request
+        self._channel = channel
+
+    def send(self, response: Any, flags: int, /) -> None:
+        result = None if response is None else self._host._from_pb(self._request, response)
+        self._channel.send(result, flags == _FINAL)
+
+    def is_cancelled(self) -> bool:
+        return self._channel.is_cancelled()
 
 
 def _first_line(exc: BaseException) -> str:
@@ -42,11 +83,10 @@ class PythonModel(RequestModel):
         self._scope = pb_utils.ModelScope(self.name, self.version, str(context.version_dir))
         self._config_json = to_json_dict(config)
         self._outputs = [o.name for o in config.output]
-        if pb_utils.using_decoupled_model_transaction_policy(self._config_json):
-            raise TritonError(
-                ErrorCode.UNSUPPORTED,
-                f"model '{self.name}': decoupled python models are not served yet",
-            )
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self._config_json)
+        self._loop: asyncio.AbstractEventLoop | None = None  # for coroutine execute(), started when needed
+        self._loop_lock = threading.Lock()
+        self._running: set[Any] = set()  # coroutine executions in flight on that loop
         try:
             self._module = model_import.import_model_file(context.model_file, self.name)
         except Exception as exc:  # the model file's own error, reported on its version
@@ -79,16 +119,50 @@ class PythonModel(RequestModel):
             ) from None
 
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse | TritonError]:
-        pb_requests = [self._to_pb(r) for r in requests]
+        """Run execute() without response senders: every request's one result."""
+        missing = TritonError(
+            ErrorCode.INTERNAL,
+            f"model '{self.name}' execute() returned None: requests without a response sender need "
+            "the list of responses",
+        )
+        return [missing if r is None else r for r in self.execute_channels(requests, None)]
+
+    def execute_channels(
+        self, requests: list[InferenceRequest], channels: Sequence[ResponseChannel] | None
+    ) -> list[InferenceResponse | TritonError | None]:
+        """Run execute() on `requests`, each with a response sender over its channel (none when
+        `channels` is None). Per request: its one result, or None when it answers (or answered)
+        through its sender, or will from a coroutine still running. A request whose sender is still
+        open when execute() fails gets the error as its result and its sender is closed, as in
+        Triton."""
+        if channels is None:
+            senders: list[Any] = [None] * len(requests)
+        else:
+            senders = [
+                pb_utils.InferenceResponseSender(_Transport(self, request, channel), self.decoupled)
+                for request, channel in zip(requests, channels, strict=True)
+            ]
+        pb_requests = [
+            self._to_pb(r, sender, None if channels is None else channels[i].is_cancelled)
+            for i, (r, sender) in enumerate(zip(requests, senders, strict=True))
+        ]
         try:
             with pb_utils.model_scope(self._scope):
                 results = self._model.execute(pb_requests)
+                if inspect.iscoroutine(results):
+                    if self.decoupled and channels is not None:
+                        self._start_coroutine(results, senders, channels)
+                        return [None] * len(requests)
+                    results = self._run_coroutine(results)
         except Exception as exc:  # the model's error fails these requests only
-            error = TritonError(
-                ErrorCode.INTERNAL,
-                f"Failed to process the request(s) for model '{self.name}', message: {_first_line(exc)}",
-            )
-            return [error] * len(requests)
+            return self._fail_open(senders, self._failure(_first_line(exc)))
+        if self.decoupled:
+            if results is not None:
+                message = f"Python model '{self.name}' is using the decoupled mode and the execute function must return None."
+                return self._fail_open(senders, self._failure(message))
+            return [None] * len(requests)
+        if results is None and channels is not None:
+            return [None] * len(requests)  # answered through the response senders
         if not isinstance(results, list | tuple) or len(results) != len(requests):
             count = len(results) if isinstance(results, list | tuple) else type(results).__name__
             error = TritonError(
@@ -99,7 +173,75 @@ class PythonModel(RequestModel):
             return [error] * len(requests)
         return [self._from_pb(request, result) for request, result in zip(requests, results, strict=True)]
 
+    def _failure(self, message: str) -> TritonError:
+        return TritonError(
+            ErrorCode.INTERNAL,
+            f"Failed to process the request(s) for model '{self.name}', message: {message}",
+        )
+
+    @staticmethod
+    def _fail_open(senders: list[Any], error: TritonError) -> list[InferenceResponse | TritonError | None]:
+        """`error` for every request whose sender is still open (closing it); None for the others."""
+        results: list[InferenceResponse | TritonError | None] = []
+        for sender in senders:
+            if sender is not None and sender.closed:
+                results.append(None)
+            else:
+                if sender is not None:
+                    sender.close()
+                results.append(error)
+        return results
+
+    # coroutine execute() -----------------------------------------------------------------------------
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        with self._loop_lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name=f"{self.name}_{self.version}_async", daemon=True
+                )
+                thread.start()
+                self._loop = loop
+            return self._loop
+
+    def _run_coroutine(self, coroutine: Any) -> Any:
+        """A default model's coroutine execute(), run to its end on the instance's loop."""
+        return asyncio.run_coroutine_threadsafe(self._scoped(coroutine), self._event_loop()).result()
+
+    async def _scoped(self, coroutine: Any) -> Any:
+        with pb_utils.model_scope(self._scope):
+            return await coroutine
+
+    def _start_coroutine(
+        self, coroutine: Any, senders: list[Any], channels: Sequence[ResponseChannel]
+    ) -> None:
+        """A decoupled model's coroutine execute(): runs on while the instance takes more requests;
+        when it fails, the requests whose senders are still open get the error as their final
+        response."""
+
+        async def run() -> None:
+            try:
+                result = await self._scoped(coroutine)
+                if result is not None:
+                    raise TypeError("the execute function must return None in the decoupled mode")
+            except Exception as exc:
+                error = self._failure(_first_line(exc))
+                for sender, channel in zip(senders, channels, strict=True):
+                    if not sender.closed:
+                        sender.close()
+                        channel.send(error, True)
+
+        future = asyncio.run_coroutine_threadsafe(run(), self._event_loop())
+        self._running.add(future)
+        future.add_done_callback(self._running.discard)
+
     def unload(self) -> None:
+        for future in list(getattr(self, "_running", ())):  # coroutine executions still answering
+            with contextlib.suppress(Exception):
+                future.result(timeout=10)
+        loop = getattr(self, "_loop", None)
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
         model = getattr(self, "_model", None)
         if model is not None and hasattr(model, "finalize"):
             with (
@@ -111,7 +253,7 @@ class PythonModel(RequestModel):
         model_import.forget_module(self._module)
 
     # conversions -----------------------------------------------------------------------------------
-    def _to_pb(self, request: InferenceRequest) -> Any:
+    def _to_pb(self, request: InferenceRequest, sender: Any = None, is_cancelled: Any = None) -> Any:
         inputs = [
             pb_utils.tensor_from_storage(t.name, t.data, pb_utils.wire_to_dtype(t.datatype))
             if t.datatype == "BF16"
@@ -130,6 +272,8 @@ class PythonModel(RequestModel):
             parameters=parameters,
             model_name=self.name,
             model_version=int(self.version),
+            response_sender=sender,
+            is_cancelled=is_cancelled,
         )
 
     def _from_pb(self, request: InferenceRequest, result: Any) -> InferenceResponse | TritonError:
