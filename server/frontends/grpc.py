@@ -212,8 +212,10 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
 
         def flush() -> None:
             while ordered and ordered[0].done():
-                for answer in ordered.popleft().result():
-                    out.put_nowait(answer)
+                slot = ordered.popleft()
+                if not slot.cancelled():  # cancelled: the stream is going away
+                    for answer in slot.result():
+                        out.put_nowait(answer)
 
         def finished(task: asyncio.Task[None]) -> None:
             tasks.discard(task)

@@ -85,6 +85,7 @@ class PythonModel(RequestModel):
         self._outputs = [o.name for o in config.output]
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self._config_json)
         self._loop: asyncio.AbstractEventLoop | None = None  # for coroutine execute(), started when needed
+        self._loop_thread: threading.Thread | None = None
         self._loop_lock = threading.Lock()
         self._running: set[Any] = set()  # coroutine executions in flight on that loop
         try:
@@ -201,7 +202,7 @@ class PythonModel(RequestModel):
                     target=loop.run_forever, name=f"{self.name}_{self.version}_async", daemon=True
                 )
                 thread.start()
-                self._loop = loop
+                self._loop, self._loop_thread = loop, thread
             return self._loop
 
     def _run_coroutine(self, coroutine: Any) -> Any:
@@ -239,9 +240,12 @@ class PythonModel(RequestModel):
         for future in list(getattr(self, "_running", ())):  # coroutine executions still answering
             with contextlib.suppress(Exception):
                 future.result(timeout=10)
-        loop = getattr(self, "_loop", None)
-        if loop is not None:
+        loop, thread = getattr(self, "_loop", None), getattr(self, "_loop_thread", None)
+        if loop is not None and thread is not None:
             loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+            if not thread.is_alive():
+                loop.close()
         model = getattr(self, "_model", None)
         if model is not None and hasattr(model, "finalize"):
             with (
