@@ -74,8 +74,9 @@ def forget_module(module: ModuleType) -> None:
     """Drop a module made by import_model_file, its package and the package's other modules (files
     the model imported relatively) from sys.modules."""
     package = module.__name__.rpartition(".")[0]
-    for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
-        del sys.modules[name]
+    # list() copies the keys in one step; iterating sys.modules itself races with imports elsewhere
+    for name in [n for n in list(sys.modules) if n == package or n.startswith(package + ".")]:
+        sys.modules.pop(name, None)
 
 
 def _forget_local_modules(before: set[str], model_dir: Path) -> None:
@@ -90,4 +91,4 @@ def _forget_local_modules(before: set[str], model_dir: Path) -> None:
         except (OSError, ValueError):
             inside = False
         if inside:
-            del sys.modules[name]
+            sys.modules.pop(name, None)
