@@ -5,6 +5,7 @@ numpy is imported lazily so that modules needing only the names stay cheap to im
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -86,3 +87,26 @@ def numpy_to_wire(dtype: Any) -> str:
         if name == dt.name:
             return wire
     raise KeyError(f"numpy dtype {dt} has no Triton data type")
+
+
+@functools.cache
+def raw_dtypes() -> dict[str, Any]:
+    """Wire type -> little-endian numpy dtype of its raw bytes, as both codecs read and write them
+    (BYTES has no fixed-size dtype; BF16 travels as its uint16 bits, numpy has no bfloat16)."""
+    import numpy as np
+
+    return {
+        "BOOL": np.dtype("?"),
+        "UINT8": np.dtype("u1"),
+        "UINT16": np.dtype("<u2"),
+        "UINT32": np.dtype("<u4"),
+        "UINT64": np.dtype("<u8"),
+        "INT8": np.dtype("i1"),
+        "INT16": np.dtype("<i2"),
+        "INT32": np.dtype("<i4"),
+        "INT64": np.dtype("<i8"),
+        "FP16": np.dtype("<f2"),
+        "FP32": np.dtype("<f4"),
+        "FP64": np.dtype("<f8"),
+        "BF16": np.dtype("<u2"),
+    }

@@ -22,6 +22,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc import service_pb2 as pb
 
+from server.protocol import datatypes
 from server.protocol.errors import TritonError, internal, invalid_arg, not_found, unavailable, unsupported
 from server.protocol.json_codec import SHM_DISABLED, serialize_bytes
 from server.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
@@ -37,22 +38,7 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _UINT64_MOD = 2**64
 _LENGTH = struct.Struct("<I")
 
-# wire datatype -> little-endian numpy dtype of its raw bytes (BF16: the uint16 bits, numpy has no bfloat16)
-_DTYPES: dict[str, np.dtype[Any]] = {
-    "BOOL": np.dtype("?"),
-    "UINT8": np.dtype("u1"),
-    "UINT16": np.dtype("<u2"),
-    "UINT32": np.dtype("<u4"),
-    "UINT64": np.dtype("<u8"),
-    "INT8": np.dtype("i1"),
-    "INT16": np.dtype("<i2"),
-    "INT32": np.dtype("<i4"),
-    "INT64": np.dtype("<i8"),
-    "FP16": np.dtype("<f2"),
-    "FP32": np.dtype("<f4"),
-    "FP64": np.dtype("<f8"),
-    "BF16": np.dtype("<u2"),
-}
+_DTYPES = datatypes.raw_dtypes()
 _INVALID = "<invalid>"  # how Triton prints a datatype it does not know
 
 # InferTensorContents fields in the order Triton reads them: (field, the datatypes it may carry, the

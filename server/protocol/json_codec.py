@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from server.protocol import datatypes
 from server.protocol.errors import ErrorCode, TritonError, invalid_arg, unavailable
 from server.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
@@ -40,22 +41,7 @@ ShmView = Callable[[str, int, int], memoryview]
 
 SHM_DISABLED = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 
-# wire datatype -> little-endian numpy dtype (BYTES has no fixed-size dtype; BF16 travels as uint16 bits)
-_DTYPES: dict[str, np.dtype[Any]] = {
-    "BOOL": np.dtype("?"),
-    "UINT8": np.dtype("u1"),
-    "UINT16": np.dtype("<u2"),
-    "UINT32": np.dtype("<u4"),
-    "UINT64": np.dtype("<u8"),
-    "INT8": np.dtype("i1"),
-    "INT16": np.dtype("<i2"),
-    "INT32": np.dtype("<i4"),
-    "INT64": np.dtype("<i8"),
-    "FP16": np.dtype("<f2"),
-    "FP32": np.dtype("<f4"),
-    "FP64": np.dtype("<f8"),
-    "BF16": np.dtype("<u2"),
-}
+_DTYPES = datatypes.raw_dtypes()
 _SIGNED = frozenset({"INT8", "INT16", "INT32", "INT64"})
 _UNSIGNED = frozenset({"UINT8", "UINT16", "UINT32", "UINT64"})
 _FLOATING = frozenset({"FP32", "FP64"})
