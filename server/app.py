@@ -108,6 +108,11 @@ class Server:
         self.stop()
 
     @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the front ends run on, while the server runs in-process."""
+        return self._loop
+
+    @property
     def http_url(self) -> str:
         return f"localhost:{self.http_port}"
 

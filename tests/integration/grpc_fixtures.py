@@ -1,18 +1,17 @@
-"""A real tcli gRPC server on port 0, in-process: model manager, service and the gRPC front end on its
-own event loop thread (uvloop, as `tcli serve` runs it). Start-up waits on the server binding, never
-on sleeps; stopping unloads every model."""
+"""A real tcli gRPC server on port 0, in-process: `server.app.Server` as `tcli serve` composes it, with only
+its gRPC front end, on its own event loop thread. Start-up waits on the server binding, never on
+sleeps; stopping unloads every model."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from server.app import Server, ServerSettings
 from server.repository.manager import ControlMode, ModelManager
 from server.service import InferenceService
 from tests.integration.conftest import link_repository, python_host_available
@@ -24,13 +23,29 @@ GRPC_REPOSITORY_MODELS = [*GRPC_FRAMEWORK_MODELS, *GRPC_PYTHON_MODELS, "digits_o
 
 @dataclass
 class RunningGrpcServer:
-    manager: ModelManager
-    service: InferenceService
-    port: int
-    loop: asyncio.AbstractEventLoop
+    """A started `server.app.Server` (gRPC only) and the repository it serves."""
+
+    server: Server
     repository: Path
-    handle: Any
-    _thread: threading.Thread
+
+    @property
+    def manager(self) -> ModelManager:
+        return self.server.manager
+
+    @property
+    def service(self) -> InferenceService:
+        return self.server.service
+
+    @property
+    def port(self) -> int:
+        assert self.server.grpc_port is not None
+        return self.server.grpc_port
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The server's event loop (to start more front ends on it in tests)."""
+        assert self.server.loop is not None
+        return self.server.loop
 
     @property
     def url(self) -> str:
@@ -38,53 +53,30 @@ class RunningGrpcServer:
         return f"127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        try:
-            future = asyncio.run_coroutine_threadsafe(self.handle.shutdown(), self.loop)
-            future.result(timeout=30)
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(10)
-            self.manager.shutdown(10)
+        self.server.stop()
 
 
 def start_grpc_server(
     repository: Path,
     mode: ControlMode = ControlMode.NONE,
     load_models: list[str] | None = None,
-    **serve_options: Any,
+    *,
+    allow_client_shm: bool = False,
 ) -> RunningGrpcServer:
-    from server.frontends.grpc import serve_grpc
-
-    manager = ModelManager([repository], mode)
-    manager.load_startup(load_models)
-    service = InferenceService(manager)
-    try:
-        import uvloop
-
-        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    except ImportError:  # pragma: no cover - uvloop comes with the server's dependencies
-        loop = asyncio.new_event_loop()
-    bound = threading.Event()
-    result: dict[str, Any] = {}
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        try:
-            result["handle"] = loop.run_until_complete(serve_grpc(service, "127.0.0.1", 0, **serve_options))
-        except BaseException as exc:  # reported to the starting thread
-            result["error"] = exc
-            bound.set()
-            return
-        bound.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=run, name="grpc-test-server", daemon=True)
-    thread.start()
-    if not bound.wait(30) or "error" in result:
-        manager.shutdown(5)
-        raise RuntimeError(f"gRPC server did not start: {result.get('error')}")
-    handle = result["handle"]
-    return RunningGrpcServer(manager, service, handle.port, loop, repository, handle, thread)
+    """The real server (`server.app.Server`, as `tcli serve` composes it) with only its gRPC front end,
+    on port 0; returns once it is bound."""
+    settings = ServerSettings(
+        [repository],
+        mode,
+        load_models=list(load_models or []),
+        host="127.0.0.1",
+        grpc_port=0,
+        allow_http=False,
+        allow_metrics=False,
+        allow_client_shm=allow_client_shm,
+        exit_timeout_secs=10,
+    )
+    return RunningGrpcServer(Server(settings).start(), repository)
 
 
 @pytest.fixture(scope="module")
