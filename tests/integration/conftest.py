@@ -4,6 +4,7 @@ unloaded) at the end; start-up waits on the server binding, never on sleeps."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +32,8 @@ def python_host_available() -> bool:
 
 @dataclass
 class RunningServer:
-    """A started `server.app.Server` (HTTP only) and the repository it serves."""
+    """A started `server.app.Server` with one front end (HTTP, or gRPC in the gRPC tests) and the
+    repository it serves."""
 
     server: Server
     repository: Path
@@ -46,8 +48,16 @@ class RunningServer:
 
     @property
     def port(self) -> int:
-        assert self.server.http_port is not None
-        return self.server.http_port
+        """The port of the one front end the test server runs (HTTP, or gRPC for gRPC tests)."""
+        port = self.server.http_port or self.server.grpc_port
+        assert port is not None
+        return port
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The server's event loop (to start more front ends on it in tests)."""
+        assert self.server.loop is not None
+        return self.server.loop
 
     @property
     def url(self) -> str:

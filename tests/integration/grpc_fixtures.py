@@ -4,56 +4,21 @@ sleeps; stopping unloads every model."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from server.app import Server, ServerSettings
-from server.repository.manager import ControlMode, ModelManager
-from server.service import InferenceService
-from tests.integration.conftest import link_repository, python_host_available
+from server.repository.manager import ControlMode
+from tests.integration.conftest import RunningServer, link_repository, python_host_available
 
 GRPC_FRAMEWORK_MODELS = ["simple", "digits_torchscript", "digits_ensemble"]
 GRPC_PYTHON_MODELS = ["add_sub", "simple_identity", "simple_sequence"]
 GRPC_REPOSITORY_MODELS = [*GRPC_FRAMEWORK_MODELS, *GRPC_PYTHON_MODELS, "digits_onnx", "digits_preprocess"]
 
 
-@dataclass
-class RunningGrpcServer:
-    """A started `server.app.Server` (gRPC only) and the repository it serves."""
-
-    server: Server
-    repository: Path
-
-    @property
-    def manager(self) -> ModelManager:
-        return self.server.manager
-
-    @property
-    def service(self) -> InferenceService:
-        return self.server.service
-
-    @property
-    def port(self) -> int:
-        assert self.server.grpc_port is not None
-        return self.server.grpc_port
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        """The server's event loop (to start more front ends on it in tests)."""
-        assert self.server.loop is not None
-        return self.server.loop
-
-    @property
-    def url(self) -> str:
-        """host:port, as tritonclient takes it."""
-        return f"127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self.server.stop()
+RunningGrpcServer = RunningServer  # the same running server, with its gRPC front end
 
 
 def start_grpc_server(
@@ -76,7 +41,7 @@ def start_grpc_server(
         allow_client_shm=allow_client_shm,
         exit_timeout_secs=10,
     )
-    return RunningGrpcServer(Server(settings).start(), repository)
+    return RunningServer(Server(settings).start(), repository)
 
 
 @pytest.fixture(scope="module")
