@@ -141,13 +141,23 @@ def numpy_to_triton_type(data_type: Any) -> int | None:
     though its Tensor accepts such arrays; here both agree on 13."""
     if data_type is None:  # np.dtype(None) would be float64
         return None
+    known = _DTYPE_TO_TRITON.get(data_type)  # every Tensor asks: dtype.name is slow in numpy
+    if known is not None:
+        return known
     try:
         dtype = np.dtype(data_type)
     except TypeError:
         return None
     if dtype.kind in ("O", "S"):
-        return TYPE_BYTES
-    return _NUMPY_NAME_TO_TRITON.get(dtype.name)  # the name ignores byte order: '>f4' is float32 too
+        result: int | None = TYPE_BYTES
+    else:
+        result = _NUMPY_NAME_TO_TRITON.get(dtype.name)  # the name ignores byte order: '>f4' is float32 too
+    if result is not None and isinstance(data_type, np.dtype):
+        _DTYPE_TO_TRITON[data_type] = result
+    return result
+
+
+_DTYPE_TO_TRITON: dict[Any, int] = {}
 
 
 def triton_string_to_numpy(triton_type_string: str) -> Any:
