@@ -13,7 +13,6 @@ gRPC answers of the real Triton 2.51; every failure is a TritonError with Triton
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -23,8 +22,9 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc import service_pb2 as pb
 
 from server.protocol import datatypes
+from server.protocol.bytes_tensor import serialize_bytes, split_bytes
 from server.protocol.errors import TritonError, internal, invalid_arg, not_found, unavailable, unsupported
-from server.protocol.json_codec import SHM_DISABLED, serialize_bytes
+from server.protocol.json_codec import SHM_DISABLED
 from server.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 ShmView = Callable[[str, int, int], memoryview]
@@ -36,7 +36,6 @@ FINAL_RESPONSE = "triton_final_response"
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _UINT64_MOD = 2**64
-_LENGTH = struct.Struct("<I")
 
 _DTYPES = datatypes.raw_dtypes()
 _INVALID = "<invalid>"  # how Triton prints a datatype it does not know
@@ -330,28 +329,15 @@ def _bytes_elements(
     request_id: str,
     model_name: str,
 ) -> np.ndarray[Any, Any]:
-    view = memoryview(buffer)
-    end = len(view)
-    elements: list[bytes] = []
-    append = elements.append
-    unpack = _LENGTH.unpack_from
-    cursor = 0
-    while cursor < end:
-        if end - cursor < 4:
-            raise invalid_arg(
-                f"{_prefix(request_id)}incomplete string length indicator for inference input '{name}' for "
-                f"model '{model_name}', expecting 4 bytes but only {end - cursor} bytes available. Please "
-                "make sure the string length indicator is in one buffer."
-            )
-        (length,) = unpack(view, cursor)
-        cursor += 4
-        if length > end - cursor:
-            raise invalid_arg(
-                f"incomplete string data for inference input '{name}', expecting string of length "
-                f"{length} but only {end - cursor} bytes available"
-            )
-        append(bytes(view[cursor : cursor + length]))
-        cursor += length
+    elements = split_bytes(
+        memoryview(buffer),
+        name,
+        lambda available: (
+            f"{_prefix(request_id)}incomplete string length indicator for inference input '{name}' for "
+            f"model '{model_name}', expecting 4 bytes but only {available} bytes available. Please "
+            "make sure the string length indicator is in one buffer."
+        ),
+    )
     return _bytes_array(elements, expected, name, shape, request_id, model_name)
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,6 +28,7 @@ import numpy as np
 import orjson
 
 from server.protocol import datatypes
+from server.protocol.bytes_tensor import as_bytes, serialize_bytes, split_bytes
 from server.protocol.errors import ErrorCode, TritonError, invalid_arg, unavailable
 from server.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
@@ -56,7 +56,6 @@ _NOT_BOOL = "attempt to access JSON non-boolean as boolean"
 _NOT_NUMBER = "attempt to access JSON non-number as double"
 _SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
 
-_LENGTH = struct.Struct("<I")
 _MISSING = object()
 _EMPTY: dict[str, Any] = {}
 
@@ -355,33 +354,8 @@ def _bytes_from_buffer(
     request_id: str,
     model_name: str,
 ) -> np.ndarray[Any, Any]:
-    elements = _split_bytes(memoryview(buffer)[offset : offset + byte_size], name)
+    elements = split_bytes(memoryview(buffer)[offset : offset + byte_size], name)
     return _bytes_array(elements, name, shape, request_id, model_name, from_json=False)
-
-
-def _split_bytes(view: memoryview, name: str) -> list[bytes]:
-    """BYTES elements, each a 4-byte little-endian length and that many bytes."""
-    end = len(view)
-    elements: list[bytes] = []
-    append = elements.append
-    unpack = _LENGTH.unpack_from
-    cursor = 0
-    while cursor < end:
-        if end - cursor < 4:
-            raise invalid_arg(
-                f"incomplete string length for inference input '{name}', expecting 4 bytes but only "
-                f"{end - cursor} bytes available"
-            )
-        (length,) = unpack(view, cursor)
-        cursor += 4
-        if length > end - cursor:
-            raise invalid_arg(
-                f"incomplete string data for inference input '{name}', expecting string of length "
-                f"{length} but only {end - cursor} bytes available"
-            )
-        append(bytes(view[cursor : cursor + length]))
-        cursor += length
-    return elements
 
 
 def _bytes_array(
@@ -648,33 +622,6 @@ def tensor_bytes(tensor: Tensor) -> tuple[bytes | memoryview, int]:
     return array.reshape(-1).data.cast("B"), array.nbytes
 
 
-def serialize_bytes(data: Any) -> bytes:
-    """BYTES elements as 4-byte little-endian lengths, each followed by its bytes."""
-    pack = _LENGTH.pack
-    parts: list[bytes] = []
-    append = parts.append
-    for item in np.asarray(data, dtype=object).reshape(-1):
-        raw = _as_bytes(item)
-        append(pack(len(raw)))
-        append(raw)
-    return b"".join(parts)
-
-
-def deserialize_bytes(data: bytes | bytearray | memoryview) -> list[bytes]:
-    """The elements of a serialized BYTES tensor (the inverse of `serialize_bytes`)."""
-    return _split_bytes(memoryview(data), "")
-
-
-def _as_bytes(item: Any) -> bytes:
-    if isinstance(item, bytes):
-        return item
-    if isinstance(item, str):
-        return item.encode()
-    if isinstance(item, (bytearray, memoryview)):
-        return bytes(item)
-    return str(item).encode()
-
-
 def _typed(tensor: Tensor) -> np.ndarray[Any, Any]:
     array = np.asarray(tensor.data)
     dtype = _DTYPES.get(tensor.datatype)
@@ -690,7 +637,7 @@ def _typed(tensor: Tensor) -> np.ndarray[Any, Any]:
 def _json_data(tensor: Tensor) -> Any:
     if tensor.datatype == "BYTES":
         return [
-            item.decode("utf-8", "replace") if isinstance(item, bytes) else _as_bytes(item).decode()
+            item.decode("utf-8", "replace") if isinstance(item, bytes) else as_bytes(item).decode()
             for item in np.asarray(tensor.data, dtype=object).reshape(-1)
         ]
     if tensor.datatype in _NO_JSON:

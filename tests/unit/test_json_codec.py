@@ -15,15 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from server.protocol.bytes_tensor import deserialize_bytes, serialize_bytes
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.json_codec import (
     SHM_DISABLED,
     decode_raw_request,
     decode_request,
-    deserialize_bytes,
     encode_response,
     parse_header_length,
-    serialize_bytes,
 )
 from server.protocol.types import InferenceResponse, RequestedOutput, Tensor
 
