@@ -87,16 +87,19 @@ def start_server(
     *,
     allow_client_shm: bool = False,
     max_input_size: int = 64 * 2**20,
+    protocol: str = "http",
 ) -> RunningServer:
-    """The real server (`server.app.Server`, as `tcli serve` composes it) with only its HTTP front end,
-    on port 0; returns once it is bound."""
+    """The real server (`server.app.Server`, as `tcli serve` composes it) with one front end, HTTP or
+    gRPC (`protocol`), on port 0; returns once it is bound."""
     settings = ServerSettings(
         [repository],
         mode,
         load_models=list(load_models or []),
         host="127.0.0.1",
         http_port=0,
-        allow_grpc=False,
+        grpc_port=0,
+        allow_http=protocol == "http",
+        allow_grpc=protocol == "grpc",
         allow_metrics=False,
         allow_client_shm=allow_client_shm,
         http_max_input_size=max_input_size,

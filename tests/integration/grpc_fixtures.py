@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from server.app import Server, ServerSettings
 from server.repository.manager import ControlMode
-from tests.integration.conftest import RunningServer, link_repository, python_host_available
+from tests.integration.conftest import RunningServer, link_repository, python_host_available, start_server
 
 GRPC_FRAMEWORK_MODELS = ["simple", "digits_torchscript", "digits_ensemble"]
 GRPC_PYTHON_MODELS = ["add_sub", "simple_identity", "simple_sequence"]
@@ -30,18 +29,7 @@ def start_grpc_server(
 ) -> RunningGrpcServer:
     """The real server (`server.app.Server`, as `tcli serve` composes it) with only its gRPC front end,
     on port 0; returns once it is bound."""
-    settings = ServerSettings(
-        [repository],
-        mode,
-        load_models=list(load_models or []),
-        host="127.0.0.1",
-        grpc_port=0,
-        allow_http=False,
-        allow_metrics=False,
-        allow_client_shm=allow_client_shm,
-        exit_timeout_secs=10,
-    )
-    return RunningServer(Server(settings).start(), repository)
+    return start_server(repository, mode, load_models, allow_client_shm=allow_client_shm, protocol="grpc")
 
 
 @pytest.fixture(scope="module")
