@@ -30,6 +30,8 @@ from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceResponse, Tensor
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from server.protocol.types import InferenceRequest
 
 # request parameters Triton consumes itself; the rest reach the model through request.parameters()
@@ -68,6 +70,14 @@ class _Transport:
         return self._channel.is_cancelled()
 
 
+def _read_source(model_file: Path) -> str:
+    """The model file's text ("" when unreadable: the import then reports the problem)."""
+    try:
+        return model_file.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
@@ -88,6 +98,7 @@ class PythonModel(RequestModel):
         self._loop_thread: threading.Thread | None = None
         self._loop_lock = threading.Lock()
         self._running: set[Any] = set()  # coroutine executions in flight on that loop
+        self._source = _read_source(context.model_file)
         try:
             self._module = model_import.import_model_file(context.model_file, self.name)
         except Exception as exc:  # the model file's own error, reported on its version
@@ -118,6 +129,19 @@ class PythonModel(RequestModel):
             raise TritonError(
                 ErrorCode.INTERNAL, f"model '{self.name}' initialize() failed: {_first_line(exc)}"
             ) from None
+
+    @property
+    def inline_ok(self) -> bool:
+        """Whether the runner may call execute() straight from its event loop: not for decoupled models
+        (they answer from other threads over time), coroutine execute() (it needs its own loop) or
+        models that make BLS requests (those would wait on the very loop that serves them)."""
+        model = self._model
+        return not (
+            self.decoupled
+            or model is None
+            or inspect.iscoroutinefunction(getattr(model, "execute", None))
+            or "InferenceRequest(" in self._source
+        )
 
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse | TritonError]:
         """Run execute() without response senders: every request's one result."""
