@@ -655,11 +655,13 @@ async def serve_http(app: ASGIApp, host: str, port: int) -> HttpServerHandle:
     cannot be bound."""
     import uvicorn
 
+    from server.frontends.http_transport import CoalescingHttpToolsProtocol
+
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
-        http="httptools",
+        http=CoalescingHttpToolsProtocol,
         loop="none",
         lifespan="off",
         ws="none",
