@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import threading
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -207,11 +208,16 @@ class InferenceService:
         rules.check(request)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[InferenceResponse | TritonError] = loop.create_future()
+        loop_thread = threading.get_ident()
 
         def complete(result: InferenceResponse | TritonError) -> None:
-            loop.call_soon_threadsafe(_deliver, future, result)
+            if threading.get_ident() == loop_thread:  # ran inline: no wake-up needed
+                _deliver(future, result)
+            else:
+                loop.call_soon_threadsafe(_deliver, future, result)
 
-        runner.submit(request, complete)
+        if not runner.run_inline(request, complete):
+            runner.submit(request, complete)
         result = await future
         if isinstance(result, TritonError):
             raise result

@@ -5,7 +5,13 @@ Python models get a response channel per request (`_Channel`): what the model se
 request's response sender goes to the request's `stream` (decoupled models) or becomes its one
 result, and the request completes at its final response. Statistics follow Triton 2.51's python
 backend: a request counts as a success (or failure) when execute() returns, whenever its responses
-are sent."""
+are sent.
+
+Cheap python models skip the hand-off: `run_inline` executes a request on the caller's thread (the
+event loop) when the model's executions have recently been short, the queue is empty and an instance
+is free. Handing a request to a worker thread and back costs more than add_sub's whole execute(),
+because each side waits for the GIL the other holds (benchmarks/NOTES.md). A model that turns slow
+goes back to its worker threads, so it cannot stall the loop for long."""
 
 from __future__ import annotations
 
@@ -31,6 +37,12 @@ if TYPE_CHECKING:
 
     from server.protocol.types import InferenceRequest
     from server.stats import ModelStats
+
+
+# A model runs inline while its executions average (exponentially weighted) under this: a longer
+# stall of the event loop delays every other connection's requests.
+INLINE_BUDGET_NS = 500_000
+_EMA_WEIGHT = 0.125  # weight of the newest execution in the average
 
 
 def instance_specs(config: ModelConfig) -> list[InstanceSpec]:
@@ -76,7 +88,13 @@ class ModelRunner:
         # a sequence batcher pads direct batches with null requests: results dropped, stats skip them
         self._pads = bool(getattr(self.scheduler, "pads_batches", False))
         self._instances: list[TensorModel | RequestModel] = []
+        self._busy: list[threading.Lock] = []  # held while an instance executes (worker or inline)
         self._threads: list[threading.Thread] = []
+        self._closed = False
+        # instances that may run on the caller's thread, and the average execution time that decides it;
+        # it starts above the budget so a model's first executions (often its slowest) go to threads
+        self._inline: list[tuple[RequestModel, threading.Lock]] = []
+        self._execute_ema_ns = 2 * INLINE_BUDGET_NS
         self._output_types = {
             o.name: datatypes.config_to_wire(enum_name(o, "data_type")) for o in context.config.output
         }
@@ -99,6 +117,13 @@ class ModelRunner:
         except BaseException:
             self._unload_instances()
             raise
+        self._busy = [threading.Lock() for _ in self._instances]
+        if type(self.scheduler) is DefaultScheduler:  # batching and sequence schedulers need their queue
+            self._inline = [
+                (instance, lock)
+                for instance, lock in zip(self._instances, self._busy, strict=True)
+                if isinstance(instance, RequestModel) and getattr(instance, "inline_ok", False)
+            ]
         for index, instance in enumerate(self._instances):
             thread = threading.Thread(
                 target=self._work,
@@ -111,15 +136,19 @@ class ModelRunner:
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop taking requests, finish what is queued and in flight, then unload the instances."""
+        self._closed = True
         self.scheduler.close()
         for thread in self._threads:
             thread.join(timeout)
         self._unload_instances()
 
     def _unload_instances(self) -> None:
-        for instance in self._instances:
+        self._inline = []
+        for index, instance in enumerate(self._instances):
+            # an inline execution on the event loop may still hold the instance: let it finish
+            busy = self._busy[index] if index < len(self._busy) else contextlib.nullcontext()
             # a model's own cleanup failing must not stop the others unloading
-            with contextlib.suppress(Exception):
+            with busy, contextlib.suppress(Exception):
                 instance.unload()
         self._instances.clear()
 
@@ -135,15 +164,33 @@ class ModelRunner:
             item.stream = stream
         self.scheduler.enqueue(item)
 
+    def run_inline(self, request: InferenceRequest, complete: Completion) -> bool:
+        """Execute `request` on this thread when that is cheaper than queueing it (see the module
+        docstring); False, having done nothing, when it must be submitted instead. `complete` is
+        called as with `submit`, usually before this returns."""
+        if self._execute_ema_ns > INLINE_BUDGET_NS or self._closed or self.scheduler.pending():
+            return False
+        for instance, busy in self._inline:
+            if busy.acquire(blocking=False):
+                try:
+                    item = WorkItem(request, request.batch_size(self.batched), complete)
+                    self._run_request_batch(instance, [item])
+                finally:
+                    busy.release()
+                return True
+        return False
+
     def _work(self, instance: TensorModel | RequestModel, index: int) -> None:
+        busy = self._busy[index]
         while True:
             batch = self.scheduler.next_batch(index)
             if batch is None:
                 return
-            if isinstance(instance, TensorModel):
-                self._run_tensor_batch(instance, batch)
-            else:
-                self._run_request_batch(instance, batch)
+            with busy:
+                if isinstance(instance, TensorModel):
+                    self._run_tensor_batch(instance, batch)
+                else:
+                    self._run_request_batch(instance, batch)
 
     def _run_tensor_batch(self, model: TensorModel, batch: list[WorkItem]) -> None:
         start = time.monotonic_ns()
@@ -203,6 +250,8 @@ class ModelRunner:
             self._fail(batch, internal(f"{type(exc).__name__}: {exc}"))
             return
         end = time.monotonic_ns()
+        if self._inline:
+            self._execute_ema_ns += int(_EMA_WEIGHT * (end - start - self._execute_ema_ns))
         self.stats.record_execution(sum(item.rows for item in batch), 0, end - start, 0)
         for item, result in zip(batch, results, strict=True):
             if self._pads and isinstance(item, NullItem):
