@@ -87,9 +87,9 @@ def load_instance(context: ModelContext, instance: InstanceSpec) -> TensorModel 
 
         return TorchScriptModel(context, instance)
     if backend == "python":
-        from server.backends.python.host import PythonModel
+        from server.backends.python import placement
 
-        return PythonModel(context, instance)
+        return placement.load(context, instance)
     if backend == "tensorrt":
         from server.backends.tensorrt import TensorRTModel
 

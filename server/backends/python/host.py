@@ -21,6 +21,8 @@ import inspect
 import json
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from server.backends.base import InstanceSpec, ModelContext, RequestModel
@@ -30,8 +32,6 @@ from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceResponse, Tensor
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from server.protocol.types import InferenceRequest
 
 # request parameters Triton consumes itself; the rest reach the model through request.parameters()
@@ -70,7 +70,20 @@ class _Transport:
         return self._channel.is_cancelled()
 
 
-def _read_source(model_file: Path) -> str:
+def answered(
+    name: str, results: Sequence[InferenceResponse | TritonError | None]
+) -> list[InferenceResponse | TritonError]:
+    """execute_channels' results for requests without response senders: None there means execute()
+    returned None, which fails the request."""
+    missing = TritonError(
+        ErrorCode.INTERNAL,
+        f"model '{name}' execute() returned None: requests without a response sender need the list of "
+        "responses",
+    )
+    return [missing if r is None else r for r in results]
+
+
+def read_source(model_file: Path) -> str:
     """The model file's text ("" when unreadable: the import then reports the problem)."""
     try:
         return model_file.read_text(encoding="utf-8", errors="replace")
@@ -83,24 +96,58 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
-class PythonModel(RequestModel):
-    def __init__(self, context: ModelContext, instance: InstanceSpec) -> None:
+@dataclass(frozen=True)
+class HostSpec:
+    """What hosting one instance takes, as plain data: it is pickled to an instance's own process
+    (`process_host`), which then needs neither the protobuf config nor the server."""
+
+    name: str
+    version: str
+    model_file: str
+    version_dir: str
+    config_json: dict[str, Any]
+    initialize_args: dict[str, str]  # TritonPythonModel.initialize(args), as Triton builds them
+
+    @classmethod
+    def of(cls, context: ModelContext, instance: InstanceSpec) -> HostSpec:
         from server.config.write import to_json_dict
 
-        config = context.config
-        self.name = config.name
-        self.version = str(context.version)
-        self._scope = pb_utils.ModelScope(self.name, self.version, str(context.version_dir))
-        self._config_json = to_json_dict(config)
-        self._outputs = [o.name for o in config.output]
+        config_json = to_json_dict(context.config)
+        name, version = context.config.name, str(context.version)
+        args = {
+            "model_config": json.dumps(config_json),
+            "model_instance_kind": _KIND_NAMES.get(instance.kind, "CPU"),
+            "model_instance_name": instance.name,
+            "model_instance_device_id": str(instance.device_id),
+            "model_repository": str(context.model_dir),
+            "model_version": version,
+            "model_name": name,
+        }
+        return cls(name, version, str(context.model_file), str(context.version_dir), config_json, args)
+
+
+class PythonModel(RequestModel):
+    def __init__(self, context: ModelContext | HostSpec, instance: InstanceSpec | None = None) -> None:
+        if isinstance(context, HostSpec):
+            spec = context
+        else:
+            assert instance is not None
+            spec = HostSpec.of(context, instance)
+        self.name = spec.name
+        self.version = spec.version
+        self._scope = pb_utils.ModelScope(self.name, self.version, spec.version_dir)
+        self._config_json = spec.config_json
+        self._outputs = [o["name"] for o in spec.config_json.get("output", [])]
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self._config_json)
         self._loop: asyncio.AbstractEventLoop | None = None  # for coroutine execute(), started when needed
         self._loop_thread: threading.Thread | None = None
         self._loop_lock = threading.Lock()
         self._running: set[Any] = set()  # coroutine executions in flight on that loop
-        self._source = _read_source(context.model_file)
+        self._model: Any = None
+        model_file = Path(spec.model_file)
+        self._source = read_source(model_file)
         try:
-            self._module = model_import.import_model_file(context.model_file, self.name)
+            self._module = model_import.import_model_file(model_file, self.name)
         except Exception as exc:  # the model file's own error, reported on its version
             raise TritonError(ErrorCode.INTERNAL, f"model.py for '{self.name}': {_first_line(exc)}") from None
         model_class = getattr(self._module, "TritonPythonModel", None)
@@ -110,20 +157,11 @@ class PythonModel(RequestModel):
                 ErrorCode.INTERNAL,
                 f"model.py for '{self.name}': AttributeError: module has no attribute 'TritonPythonModel'",
             )
-        args = {
-            "model_config": json.dumps(self._config_json),
-            "model_instance_kind": _KIND_NAMES.get(instance.kind, "CPU"),
-            "model_instance_name": instance.name,
-            "model_instance_device_id": str(instance.device_id),
-            "model_repository": str(context.model_dir),
-            "model_version": self.version,
-            "model_name": self.name,
-        }
         try:
             with pb_utils.model_scope(self._scope):
                 self._model = model_class()
                 if hasattr(self._model, "initialize"):
-                    self._model.initialize(args)
+                    self._model.initialize(dict(spec.initialize_args))
         except Exception as exc:  # initialize() failing makes this version UNAVAILABLE, as in Triton
             model_import.forget_module(self._module)
             raise TritonError(
@@ -145,12 +183,7 @@ class PythonModel(RequestModel):
 
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse | TritonError]:
         """Run execute() without response senders: every request's one result."""
-        missing = TritonError(
-            ErrorCode.INTERNAL,
-            f"model '{self.name}' execute() returned None: requests without a response sender need "
-            "the list of responses",
-        )
-        return [missing if r is None else r for r in self.execute_channels(requests, None)]
+        return answered(self.name, self.execute_channels(requests, None))
 
     def execute_channels(
         self, requests: list[InferenceRequest], channels: Sequence[ResponseChannel] | None

@@ -1,0 +1,373 @@
+"""A python model instance in its own process (`ProcessModel`), so that instances of a pure-Python
+model run in parallel instead of taking turns on one GIL, as Triton's python backend runs every
+instance in a stub process.
+
+To the runner it is a RequestModel like the in-thread `PythonModel`: its worker thread calls
+execute_channels(), which hands the batch to the instance process and waits (without the GIL) for
+the result. The instance process (`process_worker`, started with multiprocessing's "spawn": the
+server has event-loop and gRPC threads, which a fork would copy in a broken state) imports model.py
+with our pb_utils, runs initialize() with the same args as in-thread, execute() per batch and
+finalize() at unload. Tensors go both ways through shared memory (`shm`); the pipe carries small
+tuples. A reader thread per process takes everything the process sends: the batch's results, the
+responses its response senders send (passed on to the request's channel as they come, so decoupled
+models stream), log records, and calls (a BLS request, run here by the server's BLS hook; a
+sender's is_cancelled(); a larger output ring).
+
+When the process dies (a crash, os._exit in the model), the requests in flight fail with one line
+naming the model and instance, and the next batch starts a new process (initialize() again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import multiprocessing
+import sys
+import threading
+import types
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from server.backends.base import InstanceSpec, ModelContext, RequestModel
+from server.backends.python import triton_python_backend_utils as pb_utils
+from server.backends.python.host import HostSpec, ResponseChannel, answered
+from server.backends.python.shm import InputArena, RingReader
+from server.protocol.errors import ErrorCode, TritonError
+from server.protocol.types import InferenceResponse
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
+    from server.backends.python.shm import TensorMeta
+    from server.protocol.types import InferenceRequest
+
+_LOG = logging.getLogger("tcli.python_process")
+_STOP_SECONDS = 30.0  # finalize() gets this long before the process is terminated
+
+Result = InferenceResponse | TritonError | None
+
+
+class ProcessModel(RequestModel):
+    """One instance of a python model, hosted by a process of its own."""
+
+    inline_ok = False  # execute() waits on another process: never on the server's event loop
+
+    def __init__(self, context: ModelContext, instance: InstanceSpec) -> None:
+        self._spec = HostSpec.of(context, instance)
+        self.name = self._spec.name
+        self.version = self._spec.version
+        self.instance = instance.name
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self._spec.config_json)
+        self._inputs = InputArena()  # one batch at a time per instance: one arena for every process
+        self._batch_ids = itertools.count(1)
+        self._process: _Process | None = None
+        try:
+            self._process = _Process(self)
+        except BaseException:
+            self._inputs.close()
+            raise
+
+    @property
+    def pid(self) -> int | None:
+        """The instance process's id (None between a crash and the next batch)."""
+        process = self._process
+        return None if process is None or process.dead else process.pid
+
+    def segments(self) -> list[str]:
+        """Names of the shared-memory segments this instance holds now."""
+        names = [] if self._inputs.segment is None else [self._inputs.segment.name]
+        process = self._process
+        if process is not None and process.ring.segment is not None:
+            names.append(process.ring.segment.name)
+        return names
+
+    def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse | TritonError]:
+        return answered(self.name, self.execute_channels(requests, None))
+
+    def execute_channels(
+        self, requests: list[InferenceRequest], channels: Sequence[ResponseChannel] | None
+    ) -> list[Result]:
+        """As PythonModel.execute_channels, in the instance process (started again if it died)."""
+        process = self._process
+        if process is None or process.dead:
+            if process is not None:
+                process.close()
+            try:
+                process = self._process = _Process(self)
+            except TritonError as error:
+                self._process = None
+                return [error] * len(requests)
+        return process.run(next(self._batch_ids), requests, channels, self._inputs)
+
+    def unload(self) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            process.stop()
+        self._inputs.close()
+
+
+_start_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _main_hidden() -> Iterator[None]:
+    """Start a process without it importing the server's __main__ again: "spawn" re-runs the main
+    script (or module) in the child unless sys.modules["__main__"] has no file, and the worker needs
+    nothing from it. Re-running it costs start-up time (typer for `tcli serve`), and starts the
+    server again when the main script has no `if __name__ == "__main__":` guard. Only the entry in
+    sys.modules is swapped, for the moment multiprocessing reads it."""
+    with _start_lock:
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = main
+
+
+class _Batch:
+    __slots__ = ("future", "senders", "size")
+
+    def __init__(self, size: int, senders: bool) -> None:
+        self.size = size
+        self.senders = senders
+        self.future: Future[list[Result]] = Future()
+
+
+class _Process:
+    """One process of an instance, from its start to its end."""
+
+    def __init__(self, owner: ProcessModel) -> None:
+        self.owner = owner
+        self.dead = False
+        self._stopping = False
+        self._lock = threading.Lock()  # the tables below, and `dead`
+        self._send_lock = threading.Lock()
+        self._batches: dict[int, _Batch] = {}
+        self._channels: dict[tuple[int, int], ResponseChannel] = {}  # senders still open
+        self._bls_streams: dict[int, pb_utils.ResponseIterator] = {}
+        self._ready: Future[str | None] = Future()
+        self.ring = RingReader()
+        from server.backends.python import process_worker
+
+        context = multiprocessing.get_context("spawn")
+        self._conn, child_conn = context.Pipe()
+        levels = {
+            "": logging.getLogger().getEffectiveLevel(),
+            "tcli.python_model": logging.getLogger("tcli.python_model").getEffectiveLevel(),
+        }
+        self._process: BaseProcess = context.Process(
+            target=process_worker.main,
+            args=(child_conn, owner._spec, self.ring.segment_name, levels),
+            name=f"tcli-python-{owner.instance}",
+            daemon=True,  # gone with the server, even when it exits without unloading
+        )
+        try:
+            with _main_hidden():
+                self._process.start()
+        except BaseException:
+            self.ring.close()
+            raise
+        child_conn.close()
+        self.pid = self._process.pid
+        self._reader = threading.Thread(
+            target=self._read, name=f"{owner.name}_{owner.version}_{owner.instance}_pipe", daemon=True
+        )
+        self._reader.start()
+        error = self._ready.result()
+        if error is not None:
+            self.stop()
+            raise TritonError(ErrorCode.INTERNAL, error)
+
+    # the worker thread's side ------------------------------------------------------------------------
+    def run(
+        self,
+        batch_id: int,
+        requests: list[InferenceRequest],
+        channels: Sequence[ResponseChannel] | None,
+        arena: InputArena,
+    ) -> list[Result]:
+        arena_name, metas = arena.write([t for r in requests for t in r.inputs])
+        described = []
+        for request in requests:
+            count = len(request.inputs)
+            described.append(
+                (request.id, metas[:count], [o.name for o in request.outputs], request.parameters)
+            )
+            metas = metas[count:]
+        batch = _Batch(len(requests), channels is not None)
+        with self._lock:
+            if self.dead:
+                return [self._died()] * len(requests)
+            self._batches[batch_id] = batch
+            for index, channel in enumerate(channels or ()):
+                self._channels[batch_id, index] = channel
+        self._send(("exec", batch_id, arena_name, described, channels is not None))
+        return batch.future.result()
+
+    def stop(self) -> None:
+        """Ask the process to finalize and exit; terminate it when it does not in time."""
+        self._stopping = True
+        with contextlib.suppress(OSError):  # already gone
+            self._send(("stop",))
+        self._reader.join(_STOP_SECONDS)
+        if self._process.is_alive():
+            _LOG.warning(
+                "python model '%s' instance '%s': finalize() did not end in %.0f s; terminating its process",
+                self.owner.name,
+                self.owner.instance,
+                _STOP_SECONDS,
+            )
+            self._process.terminate()
+            self._process.join(5)
+            if self._process.is_alive():
+                self._process.kill()
+        self._reader.join(10)
+        self.close()
+
+    def close(self) -> None:
+        self._process.join(5)
+        self.ring.close()
+        self._conn.close()
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        with self._send_lock:
+            self._conn.send(message)
+
+    def _answer(self, call_id: int, error: str | None, value: Any, more: bool = False) -> None:
+        with contextlib.suppress(OSError):  # the process is gone; the reader handles its end
+            self._send(("answer", call_id, error, value, more))
+
+    # the reader thread -------------------------------------------------------------------------------
+    def _read(self) -> None:
+        while True:
+            try:
+                message = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            try:
+                self._handle(message)
+            except Exception:  # a bug of ours must not stop the instance answering
+                _LOG.exception("python model '%s' instance '%s'", self.owner.name, self.owner.instance)
+        self._ended()
+
+    def _handle(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "done":
+            _, batch_id, encoded, end = message
+            results = self._decode(encoded, end)
+            with self._lock:
+                batch = self._batches.pop(batch_id)
+                for index, result in enumerate(results):
+                    if result is not None:  # answered: its sender is closed
+                        self._channels.pop((batch_id, index), None)
+            batch.future.set_result(results)
+        elif kind == "send":
+            _, batch_id, index, final, encoded, end = message
+            result = self._decode(encoded, end)[0]
+            with self._lock:
+                channel = (self._channels.pop if final else self._channels.get)((batch_id, index), None)
+            if channel is not None:
+                channel.send(result, final)
+        elif kind == "call":
+            self._call(*message[1:])
+        elif kind == "log":
+            record: logging.LogRecord = message[1]
+            logging.getLogger(record.name).handle(record)
+        elif kind == "ready":
+            self._ready.set_result(message[1])
+        elif kind == "bls_cancel":
+            stream = self._bls_streams.get(message[1])
+            if stream is not None:
+                stream.cancel()
+
+    def _call(self, call_id: int, kind: str, payload: Any) -> None:
+        if kind == "grow":
+            self._answer(call_id, None, self.ring.grow(payload))
+        elif kind == "cancelled":
+            with self._lock:
+                channel = self._channels.get(payload)
+            self._answer(call_id, None, channel is not None and channel.is_cancelled())
+        elif kind == "bls":  # it waits on another model: off the reader thread
+            threading.Thread(target=self._bls, args=(call_id, *payload), daemon=True).start()
+        else:
+            self._answer(call_id, f"unknown call '{kind}'", None)
+
+    def _bls(self, call_id: int, request: pb_utils.InferenceRequest, decoupled: bool) -> None:
+        """Run a BLS request of the model through this server's BLS hook, as in-thread models do."""
+        scope = pb_utils.ModelScope(self.owner.name, self.owner.version, self.owner._spec.version_dir)
+        try:
+            with pb_utils.model_scope(scope):
+                result = request.exec(decoupled)
+                if not isinstance(result, pb_utils.ResponseIterator):
+                    self._answer(call_id, None, result)
+                    return
+                self._bls_streams[call_id] = result
+                for response in result:
+                    self._answer(call_id, None, response, more=True)
+            self._answer(call_id, None, None)
+        except Exception as exc:
+            self._answer(call_id, str(exc) or type(exc).__name__, None)
+        finally:
+            self._bls_streams.pop(call_id, None)
+
+    def _decode(self, encoded: list[Any], end: int | None) -> list[Result]:
+        metas: list[TensorMeta] = [
+            m for item in encoded if item is not None and item[0] == "r" for m in item[2]
+        ]
+        tensors = self.ring.read(metas, end)
+        results: list[Result] = []
+        for item in encoded:
+            if item is None:
+                results.append(None)
+            elif item[0] == "e":
+                results.append(TritonError(ErrorCode[item[1]], item[2]))
+            else:
+                (request_id, parameters), count = item[1], len(item[2])
+                outputs, tensors = tensors[:count], tensors[count:]
+                results.append(
+                    InferenceResponse(self.owner.name, self.owner.version, request_id, outputs, parameters)
+                )
+        return results
+
+    def _died(self) -> TritonError:
+        code = self._process.exitcode
+        if self._stopping:
+            return TritonError(
+                ErrorCode.UNAVAILABLE,
+                f"python model '{self.owner.name}' instance '{self.owner.instance}' was unloaded before "
+                "the response completed",
+            )
+        return TritonError(
+            ErrorCode.INTERNAL,
+            f"python model '{self.owner.name}' instance '{self.owner.instance}': its process exited "
+            f"unexpectedly (exit code {code}); the instance restarts for later requests",
+        )
+
+    def _ended(self) -> None:
+        """The process is gone: whatever waits on it gets an error."""
+        self._process.join(5)
+        with self._lock:
+            self.dead = True
+            batches, self._batches = self._batches, {}
+            channels, self._channels = self._channels, {}
+        error = self._died()
+        if not self._ready.done():
+            self._ready.set_result(
+                f"python model '{self.owner.name}' instance '{self.owner.instance}': its process exited "
+                f"while starting (exit code {self._process.exitcode})"
+            )
+        if self._ready.result() is not None:  # it never served: the load reports why
+            return
+        if not self._stopping:
+            _LOG.warning("%s", error.message)
+        for batch_id, batch in batches.items():
+            results: list[Result] = []
+            for index in range(batch.size):
+                still_open = channels.pop((batch_id, index), None) is not None
+                results.append(error if still_open or not batch.senders else None)
+            batch.future.set_result(results)
+        for channel in channels.values():  # responses still streaming from an earlier batch
+            channel.send(error, True)

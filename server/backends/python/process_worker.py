@@ -1,0 +1,248 @@
+"""The instance process of a python model (see `process_host`): hosts one `PythonModel` and serves the
+server's pipe.
+
+Two threads: the main thread only reads the pipe (batches to run, answers to the calls below), so a
+model thread waiting on the server never blocks the pipe; the executor thread imports the model,
+runs initialize(), then execute() batch after batch, and finalize() at the end. Every response the
+model sends goes back as soon as it is sent, its tensors through the output ring.
+
+What the model asks of the server goes as a call over the pipe and waits for the answer: a BLS
+request (run by the server's BLS hook, a decoupled one answering as a stream), a response sender's
+is_cancelled(), and a larger output ring. Log records (pb_utils.Logger and Python logging) are
+re-emitted by the server.
+
+Imports only what hosting the model needs (no server, no protobuf): start-up stays short.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import logging.handlers
+import os
+import queue
+import signal
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+from server.backends.python import triton_python_backend_utils as pb_utils
+from server.backends.python.host import HostSpec, PythonModel
+from server.backends.python.shm import ArenaView, RingWriter
+from server.protocol.errors import ErrorCode, TritonError
+from server.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+# what goes back for one request: None (it answers through its sender), an error, or a response
+ResultMeta = tuple[str, Any, Any] | None
+
+
+def main(conn: Connection, spec: HostSpec, ring_name: str, log_levels: dict[str, int]) -> None:
+    """The process entry point (a `multiprocessing` target)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the server stops us
+    _Worker(conn, spec, ring_name, log_levels).run()
+
+
+class _Call:
+    """A call to the server waiting for its answer(s)."""
+
+    __slots__ = ("answers",)
+
+    def __init__(self) -> None:
+        self.answers: queue.SimpleQueue[tuple[str | None, Any, bool]] = queue.SimpleQueue()
+
+
+class _Worker:
+    def __init__(self, conn: Connection, spec: HostSpec, ring_name: str, log_levels: dict[str, int]) -> None:
+        self._conn = conn
+        self._spec = spec
+        # one lock orders every message out, and the ring space they take (RLock: a message that
+        # needs a larger ring asks for it while holding the lock)
+        self._lock = threading.RLock()
+        self._calls: dict[int, _Call] = {}
+        self._call_ids = itertools.count(1)
+        self._batches: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._arena = ArenaView()
+        self._ring = RingWriter(ring_name, lambda needed: self.call("grow", needed))
+        self._install_logging(log_levels)
+        pb_utils.set_bls_executor(self._bls)
+        pb_utils.set_default_model_scope(pb_utils.ModelScope(spec.name, spec.version, spec.version_dir))
+
+    # the pipe ----------------------------------------------------------------------------------------
+    def send(self, message: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._conn.send(message)
+
+    def call(self, kind: str, payload: Any) -> Any:
+        """Ask the server and wait for its answer; its error becomes a TritonModelException."""
+        call_id, call = self._start_call(kind, payload)
+        try:
+            error, value, _ = call.answers.get()
+        finally:
+            self._calls.pop(call_id, None)
+        if error is not None:
+            raise pb_utils.TritonModelException(error)
+        return value
+
+    def _start_call(self, kind: str, payload: Any) -> tuple[int, _Call]:
+        call_id, call = next(self._call_ids), _Call()
+        self._calls[call_id] = call
+        self.send(("call", call_id, kind, payload))
+        return call_id, call
+
+    def run(self) -> None:
+        threading.Thread(target=self._execute_loop, name="execute", daemon=True).start()
+        while True:
+            try:
+                message = self._conn.recv()
+            except (EOFError, OSError):  # the server is gone: nothing left to answer to
+                os._exit(0)
+            kind = message[0]
+            if kind == "exec":
+                self._batches.put(message[1:])
+            elif kind == "answer":
+                call = self._calls.get(message[1])
+                if call is not None:
+                    call.answers.put(message[2:])
+            elif kind == "stop":
+                self._batches.put(None)
+
+    # the model ---------------------------------------------------------------------------------------
+    def _execute_loop(self) -> None:
+        try:
+            model = PythonModel(self._spec)
+        except TritonError as error:
+            self.send(("ready", error.message))
+            _exit()
+        except BaseException as exc:  # our own bug: still say why
+            self.send(("ready", f"{type(exc).__name__}: {exc}"))
+            _exit()
+        self.send(("ready", None))
+        while True:
+            batch = self._batches.get()
+            if batch is None:
+                break
+            self._execute(model, *batch)
+        with contextlib.suppress(Exception):
+            model.unload()
+        self._arena.close()
+        with self._lock:
+            self._ring.close()
+            self._conn.send(("stopped",))
+        _exit()
+
+    def _execute(
+        self, model: PythonModel, batch_id: int, arena: str | None, metas: list[Any], senders: bool
+    ) -> None:
+        try:
+            requests = [
+                InferenceRequest(
+                    self._spec.name,
+                    self._spec.version,
+                    request_id,
+                    self._arena.read(arena, inputs),
+                    [RequestedOutput(name) for name in outputs],
+                    parameters,
+                )
+                for request_id, inputs, outputs, parameters in metas
+            ]
+            channels = [_Channel(self, batch_id, i) for i in range(len(requests))] if senders else None
+            results = model.execute_channels(requests, channels)
+        except Exception as exc:  # a bug of ours: the batch fails, the instance goes on
+            error = TritonError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+            results = [error] * len(metas)
+        self.send_results("done", (batch_id,), results)
+
+    def send_results(
+        self, kind: str, header: tuple[Any, ...], results: list[InferenceResponse | TritonError | None]
+    ) -> None:
+        """One message with `results`, their tensors in the ring (in message order)."""
+        with self._lock:
+            try:
+                tensors = [t for r in results if isinstance(r, InferenceResponse) for t in r.outputs]
+                metas, end = self._ring.put(tensors)
+                encoded: list[ResultMeta] = []
+                for result in results:
+                    if isinstance(result, InferenceResponse):
+                        count = len(result.outputs)
+                        encoded.append(("r", (result.id, result.parameters), metas[:count]))
+                        metas = metas[count:]
+                    elif isinstance(result, TritonError):
+                        encoded.append(("e", result.code.name, result.message))
+                    else:
+                        encoded.append(None)
+            except Exception as exc:  # e.g. an output numpy cannot copy: these requests fail
+                error = ("e", "INTERNAL", f"{type(exc).__name__}: {exc}")
+                encoded, end = [None if r is None else error for r in results], None
+            self._conn.send((kind, *header, encoded, end))
+
+    # BLS ---------------------------------------------------------------------------------------------
+    def _bls(
+        self, request: pb_utils.InferenceRequest, model_name: str, model_version: int, decoupled: bool
+    ) -> pb_utils.InferenceResponse | pb_utils.ResponseIterator:
+        """InferenceRequest.exec() in this process: the server runs it through its own BLS hook."""
+        if not decoupled:
+            response: pb_utils.InferenceResponse = self.call("bls", (request, False))
+            return response
+        call_id, call = self._start_call("bls", (request, True))
+
+        def responses() -> Any:
+            try:
+                while True:
+                    error, value, more = call.answers.get()
+                    if error is not None:
+                        raise pb_utils.TritonModelException(error)
+                    if value is not None:
+                        yield value
+                    if not more:
+                        return
+            finally:
+                self._calls.pop(call_id, None)
+
+        return pb_utils.ResponseIterator(responses(), lambda: self.send(("bls_cancel", call_id)))
+
+    # logging -----------------------------------------------------------------------------------------
+    def _install_logging(self, levels: dict[str, int]) -> None:
+        handler = logging.handlers.QueueHandler(_PipeQueue(self))  # type: ignore[arg-type]
+        root = logging.getLogger()
+        root.handlers[:] = [handler]
+        for name, level in levels.items():
+            logging.getLogger(name or None).setLevel(level)
+
+
+class _PipeQueue:
+    """What QueueHandler puts its prepared (picklable) records into: the pipe."""
+
+    def __init__(self, worker: _Worker) -> None:
+        self._worker = worker
+
+    def put_nowait(self, record: logging.LogRecord) -> None:
+        self._worker.send(("log", record))
+
+
+class _Channel:
+    """A request's response channel, whose other end is the server's channel for that request."""
+
+    __slots__ = ("_batch", "_index", "_worker")
+
+    def __init__(self, worker: _Worker, batch: int, index: int) -> None:
+        self._worker = worker
+        self._batch = batch
+        self._index = index
+
+    def send(self, result: InferenceResponse | TritonError | None, final: bool, /) -> None:
+        self._worker.send_results("send", (self._batch, self._index, final), [result])
+
+    def is_cancelled(self) -> bool:
+        return bool(self._worker.call("cancelled", (self._batch, self._index)))
+
+
+def _exit() -> None:
+    """Leave now: threads the model started must not keep the process alive."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
