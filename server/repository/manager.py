@@ -22,6 +22,7 @@ from server.backends.devices import visible_gpu_count
 from server.config import backends
 from server.protocol.errors import ErrorCode, TritonError, internal, not_found, unavailable
 from server.repository.layout import ModelFolder, scan_model, scan_repository, select_versions
+from server.repository.memory import release_freed_memory
 from server.repository.models import ModelState, ServedModel, StatsBook, VersionEntry
 
 if TYPE_CHECKING:
@@ -181,6 +182,7 @@ class ModelManager:
                         versions={v: VersionEntry(v, ModelState.LOADING) for v in folder.versions},
                     )
             new = self._build(folder, config_override)
+            release_freed_memory()  # what loading freed: reading the model files, failed instances
             failed = not new.ready_versions()
             with self._lock:
                 if failed and old is not None and old.ready_versions():
@@ -392,6 +394,7 @@ def _retire(model: ServedModel) -> None:
     def stop() -> None:
         for runner in runners:
             runner.stop()
+        release_freed_memory()
 
     threading.Thread(target=stop, name=f"retire-{model.name}", daemon=True).start()
 
