@@ -21,6 +21,7 @@ import itertools
 import logging
 import logging.handlers
 import os
+import pickle
 import queue
 import signal
 import sys
@@ -36,6 +37,7 @@ from server.protocol.types import InferenceRequest, InferenceResponse, Requested
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
 # what goes back for one request: None (it answers through its sender), an error, or a response
 ResultMeta = tuple[str, Any, Any] | None
 
@@ -74,7 +76,7 @@ class _Worker:
     # the pipe ----------------------------------------------------------------------------------------
     def send(self, message: tuple[Any, ...]) -> None:
         with self._lock:
-            self._conn.send(message)
+            self._conn.send_bytes(pickle.dumps(message, _PROTOCOL))
 
     def call(self, kind: str, payload: Any) -> Any:
         """Ask the server and wait for its answer; its error becomes a TritonModelException."""
@@ -97,7 +99,7 @@ class _Worker:
         threading.Thread(target=self._execute_loop, name="execute", daemon=True).start()
         while True:
             try:
-                message = self._conn.recv()
+                message = pickle.loads(self._conn.recv_bytes())
             except (EOFError, OSError):  # the server is gone: nothing left to answer to
                 os._exit(0)
             kind = message[0]
@@ -131,7 +133,7 @@ class _Worker:
         self._arena.close()
         with self._lock:
             self._ring.close()
-            self._conn.send(("stopped",))
+            self._conn.send_bytes(pickle.dumps(("stopped",), _PROTOCOL))
         _exit()
 
     def _execute(
@@ -177,7 +179,7 @@ class _Worker:
             except Exception as exc:  # e.g. an output numpy cannot copy: these requests fail
                 error = ("e", "INTERNAL", f"{type(exc).__name__}: {exc}")
                 encoded, end = [None if r is None else error for r in results], None
-            self._conn.send((kind, *header, encoded, end))
+            self._conn.send_bytes(pickle.dumps((kind, *header, encoded, end), _PROTOCOL))
 
     # BLS ---------------------------------------------------------------------------------------------
     def _bls(

@@ -84,16 +84,13 @@ def write(
     """Copy `tensors` (with their `_raw` arrays) into `buf` from `offset` on; their metadata."""
     metas: list[TensorMeta] = []
     for tensor, array in zip(tensors, arrays, strict=True):
-        shape = tuple(int(d) for d in tensor.data.shape)
         if array is None:
-            metas.append((tensor.name, tensor.datatype, shape, None, tensor.data))
+            metas.append((tensor.name, tensor.datatype, tensor.data.shape, None, tensor.data))
             continue
         size = array.nbytes
         if size:
-            dst = np.frombuffer(buf, np.uint8, size, offset)
-            dst[:] = array.reshape(-1).view(np.uint8)
-            del dst  # a live view would keep the segment from closing
-        metas.append((tensor.name, tensor.datatype, shape, array.dtype.str, offset))
+            buf[offset : offset + size] = array.reshape(-1).view(np.uint8).data
+        metas.append((tensor.name, tensor.datatype, array.shape, array.dtype.str, offset))
         offset += _aligned(size)
     return metas
 
