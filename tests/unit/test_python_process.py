@@ -215,7 +215,8 @@ def infer(runner: ModelRunner, req: InferenceRequest) -> InferenceResponse:
     return result
 
 
-def outputs(response: InferenceResponse) -> dict[str, Any]:
+def outputs(response: InferenceResponse | TritonError | None) -> dict[str, Any]:
+    assert isinstance(response, InferenceResponse), response
     return {t.name: t.data for t in response.outputs}
 
 
@@ -245,8 +246,8 @@ def test_two_instances_run_in_two_processes_at_the_same_time(pair: ModelRunner, 
     waiters = [submit(pair, request([0], mode="meet", folder=str(folder))) for _ in range(2)]
     results = [w.wait() for w in waiters]
     # each execute() saw the other arrive while it was still running: they overlapped
-    assert [int(outputs(r)["OUT"][0]) for r in results] == [4, 4]  # type: ignore[union-attr]
-    pids = {int(outputs(r)["PID"][0]) for r in results}  # type: ignore[union-attr]
+    assert [int(outputs(r)["OUT"][0]) for r in results] == [4, 4]
+    pids = {int(outputs(r)["PID"][0]) for r in results}
     assert len(pids) == 2 and os.getpid() not in pids
     assert {p.name for p in folder.iterdir()} == {str(p) for p in pids}
 
@@ -306,7 +307,9 @@ def test_bls_runs_through_the_server_hook(pair: ModelRunner) -> None:
 
     def hook(bls: Any, model_name: str, model_version: int, decoupled: bool) -> Any:
         seen.append((model_name, model_version, decoupled))
-        x = pb_utils.get_input_tensor_by_name(bls, "X").as_numpy()
+        tensor = pb_utils.get_input_tensor_by_name(bls, "X")
+        assert tensor is not None
+        x = tensor.as_numpy()
         if decoupled:
             return pb_utils.ResponseIterator(
                 [pb_utils.InferenceResponse([pb_utils.Tensor("Y", x + i)]) for i in range(3)]
@@ -332,9 +335,9 @@ def test_decoupled_streams_from_model_threads(tmp_path: Path) -> None:
         assert isinstance(runner._instances[0], ProcessModel)
         waiter = submit(runner, request([3], model="dec"), streamed=True)
         waiter.wait()
-        values = [(None if r is None else int(outputs(r)["OUT"][0]), f) for r, f in waiter.responses]  # type: ignore[arg-type]
+        values = [(None if r is None else int(outputs(r)["OUT"][0]), f) for r, f in waiter.responses]
         assert values == [(0, False), (1, False), (2, False), (None, True)]
-        pid = int(outputs(waiter.responses[0][0])["PID"][0])  # type: ignore[arg-type]
+        pid = int(outputs(waiter.responses[0][0])["PID"][0])
         assert pid != os.getpid()
 
         waiter = submit(runner, request([-1], model="dec"), streamed=True)
@@ -343,7 +346,7 @@ def test_decoupled_streams_from_model_threads(tmp_path: Path) -> None:
         assert waiter.stream is not None
         waiter.stream.cancelled = True
         waiter.wait()
-        assert [int(outputs(r)["OUT"][0]) for r, _ in waiter.responses] == [1, 0]  # type: ignore[arg-type]
+        assert [int(outputs(r)["OUT"][0]) for r, _ in waiter.responses] == [1, 0]
     finally:
         runner.stop(10)
 
