@@ -4,6 +4,10 @@
   (BLS executor, model manager, response transport, model scope, custom-metrics registry).
 - `model_import`: imports a model file as an isolated module with our pb_utils importable.
 - `autocomplete`: runs `TritonPythonModel.auto_complete_config` on a config dict.
+- `host`: one instance in the server process (`PythonModel`).
+- `placement`: in-thread or in a process of its own, per model (2+ instances, or the
+  TCLI_INSTANCE_PROCESS parameter); `process_host` (server side), `process_worker` (the instance
+  process) and `shm` (tensors through shared memory) host an instance in its own process.
 
 Kept import-light: nothing here imports numpy, torch or the model files until asked.
 """
