@@ -34,6 +34,7 @@ from server.protocol.json_codec import SHM_DISABLED
 from server.protocol.shm import SharedMemoryRegistry
 
 if TYPE_CHECKING:
+    from server.frontends.grpc_native import NativeGrpcServerHandle
     from server.service import InferenceService
 
 log = logging.getLogger("tcli.server.grpc")
@@ -392,6 +393,9 @@ def server_options(max_message_size: int = codec.MAX_GRPC_MESSAGE_SIZE) -> list[
     ]
 
 
+GRPC_IMPLEMENTATIONS = ("native", "grpcio")
+
+
 async def serve_grpc(
     service: InferenceService,
     host: str,
@@ -400,12 +404,28 @@ async def serve_grpc(
     allow_client_shm: bool = False,
     shm_registry: SharedMemoryRegistry | None = None,
     max_message_size: int = codec.MAX_GRPC_MESSAGE_SIZE,
-) -> GrpcServerHandle:
+    implementation: str = "native",
+) -> GrpcServerHandle | NativeGrpcServerHandle:
     """Serve GRPCInferenceService and Health for `service` on host:port (0: any free port; the handle
     tells which) from the running event loop. `allow_client_shm` enables client system shared memory
     (--allow-client-shm), kept in `shm_registry` when given (to share regions with the HTTP front end).
-    Raises OSError when the address cannot be bound."""
+    `implementation`: "native" (server/frontends/grpc_native: HTTP/2 on the event loop, the fast one)
+    or "grpcio" (grpc.aio). Both call the same GrpcFrontend methods. Raises OSError when the address
+    cannot be bound."""
+    if implementation not in GRPC_IMPLEMENTATIONS:
+        raise ValueError(f"unknown gRPC implementation {implementation!r}: use native or grpcio")
     frontend = GrpcFrontend(service, allow_client_shm=allow_client_shm, shm_registry=shm_registry)
+    if implementation == "native":
+        from server.frontends.grpc_native import serve_native
+
+        return await serve_native(
+            lambda table: pb_grpc.add_GRPCInferenceServiceServicer_to_server(frontend, table),
+            frontend,
+            host,
+            port,
+            max_message_size=max_message_size,
+            generic_handlers=[health_handler(frontend)],
+        )
     server = aio.server(options=server_options(max_message_size))
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(frontend, server)
     server.add_generic_rpc_handlers((health_handler(frontend),))
