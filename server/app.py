@@ -38,6 +38,7 @@ class ServerSettings:
     host: str = "0.0.0.0"
     http_port: int = 8000
     grpc_port: int = 8001
+    grpc_implementation: str = "native"  # or "grpcio" (server/frontends/grpc.py serve_grpc)
     metrics_port: int = 8002
     allow_http: bool = True
     allow_grpc: bool = True
@@ -157,6 +158,7 @@ class Server:
                 settings.grpc_port,
                 allow_client_shm=settings.allow_client_shm,
                 shm_registry=self.shm_registry,
+                implementation=settings.grpc_implementation,
             )
             self.grpc_port = grpc_handle.port
             self._handles.append(grpc_handle)

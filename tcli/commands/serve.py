@@ -35,6 +35,11 @@ class Mode(enum.StrEnum):
     explicit = "explicit"
 
 
+class GrpcImplementation(enum.StrEnum):
+    native = "native"
+    grpcio = "grpcio"
+
+
 @app.command()
 def serve(
     repositories: Annotated[
@@ -69,6 +74,12 @@ def serve(
     http_address: Annotated[str, typer.Option(help="Address the front ends listen on.")] = "0.0.0.0",
     http_port: Annotated[int, typer.Option(help="HTTP port (0: any free port).")] = 8000,
     grpc_port: Annotated[int, typer.Option(help="gRPC port.")] = 8001,
+    grpc_implementation: Annotated[
+        GrpcImplementation,
+        typer.Option(
+            help="native: tcli's own HTTP/2 transport on the event loop (faster); grpcio: grpc.aio."
+        ),
+    ] = GrpcImplementation.native,
     metrics_port: Annotated[int, typer.Option(help="Prometheus metrics port.")] = 8002,
     allow_http: Annotated[str, typer.Option()] = "true",
     allow_grpc: Annotated[str, typer.Option()] = "true",
@@ -111,6 +122,7 @@ def serve(
         host=http_address,
         http_port=http_port,
         grpc_port=grpc_port,
+        grpc_implementation=grpc_implementation.value,
         metrics_port=metrics_port,
         allow_http=_flag("allow-http", allow_http),
         allow_grpc=_flag("allow-grpc", allow_grpc),
