@@ -268,6 +268,11 @@ def test_requested_outputs_only(pair: ModelRunner) -> None:
     assert list(outputs(response)) == ["OUT"]
 
 
+def test_empty_tensors(pair: ModelRunner) -> None:
+    out = outputs(infer(pair, request([])))
+    assert out["OUT"].shape == (0,) and out["OUT"].dtype == np.int32
+
+
 def test_large_tensors_grow_the_shared_memory(pair: ModelRunner) -> None:
     n = 3_000_000  # 12 MB each way: more than the first arena and ring
     values = np.arange(n, dtype=np.int32)
@@ -408,6 +413,32 @@ def test_override_parameter_both_ways(tmp_path: Path) -> None:
         make_runner(tmp_path, "bad", MODEL, count=2, parameter="sometimes")
     assert caught.value.message == (
         'model \'bad\': parameter TCLI_INSTANCE_PROCESS must be "true" or "false", got "sometimes"'
+    )
+
+
+METRICS_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.family = pb_utils.MetricFamily("pp_calls", "calls", pb_utils.MetricFamily.COUNTER)
+
+    def execute(self, requests):
+        return []
+"""
+
+
+def test_models_with_custom_metrics_stay_in_thread(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    runner = make_runner(tmp_path, "metered", METRICS_MODEL, count=2)
+    try:
+        assert [type(i) for i in runner._instances] == [PythonModel, PythonModel]
+    finally:
+        runner.stop(10)
+    assert (
+        "python model 'metered' instance 'metered_0' runs in the server process: it creates custom metrics"
+        in (caplog.text)
     )
 
 

@@ -58,15 +58,24 @@ def load(context: ModelContext, instance: InstanceSpec) -> RequestModel:
     """One instance of a python model, in-thread or in its own process as the rule above says."""
     override = process_override(context.config)
     in_process = instance_count(context.config) >= 2 if override is None else override
-    if in_process and override is None and _makes_metrics(context):
-        _LOG.info(
-            "python model '%s' instance '%s' runs in the server process: it creates custom metrics, "
-            'which only the server process exports (set %s to "true" to run it in its own process)',
-            context.config.name,
-            instance.name,
-            PROCESS_PARAMETER,
-        )
-        in_process = False
+    if in_process and _makes_metrics(context):
+        if override is None:
+            _LOG.info(
+                "python model '%s' instance '%s' runs in the server process: it creates custom metrics, "
+                'which only the server process exports (set %s to "true" to run it in its own process)',
+                context.config.name,
+                instance.name,
+                PROCESS_PARAMETER,
+            )
+            in_process = False
+        else:
+            _LOG.warning(
+                "python model '%s' instance '%s' runs in its own process (%s): the custom metrics it "
+                "creates stay there and are not exported",
+                context.config.name,
+                instance.name,
+                PROCESS_PARAMETER,
+            )
     if in_process:
         from server.backends.python.process_host import ProcessModel
 

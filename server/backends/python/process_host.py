@@ -208,7 +208,8 @@ class _Process:
             self._batches[batch_id] = batch
             for index, channel in enumerate(channels or ()):
                 self._channels[batch_id, index] = channel
-        self._send(("exec", batch_id, arena_name, described, channels is not None))
+        with contextlib.suppress(OSError):  # it just died: the reader answers the batch with that
+            self._send(("exec", batch_id, arena_name, described, channels is not None))
         return batch.results.get()
 
     def stop(self) -> None:

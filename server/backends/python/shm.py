@@ -99,11 +99,14 @@ def read(buf: memoryview | None, metas: Sequence[TensorMeta]) -> list[Tensor]:
     """Tensors from their metadata, copied out of `buf` (which is reused once they are read)."""
     tensors = []
     for name, datatype, shape, dtype, where in metas:
+        count = math.prod(shape)
         if dtype is None:
             data = where
+        elif count == 0:  # took no space (and may come without any segment)
+            data = np.empty(shape, np.dtype(dtype))
         else:
             assert buf is not None
-            data = np.frombuffer(buf, np.dtype(dtype), math.prod(shape), where).reshape(shape).copy()
+            data = np.frombuffer(buf, np.dtype(dtype), count, where).reshape(shape).copy()
         tensors.append(Tensor(name, datatype, shape, data))
     return tensors
 
