@@ -1,265 +1,162 @@
-"""Side-by-side benchmark: real Triton 2.51 and tcli serve the same python-backend repository
-(`add_sub`, the decoupled `repeat_int32`, the sequence model `simple_dyna_sequence`); real
-perf_analyzer 2.51 measures both in the same run, over HTTP and gRPC.
+"""tcli against real Triton 2.51 and against onnxruntime's own limit, in one command (issues 5 and 6).
 
-    python benchmarks/run.py                    # every scenario (a few minutes)
-    python benchmarks/run.py --protocols http   # HTTP only: add_sub at concurrency 1, 4, 8
-    python benchmarks/run.py --quick            # shorter windows, for a smoke check
+    .venv/bin/python benchmarks/run.py                 # every scenario, under 10 minutes
+    .venv/bin/python benchmarks/run.py --quick         # shorter windows, one round, under 2 minutes
+    .venv/bin/python benchmarks/run.py --only frontend,perf --json results.json
 
-Scenarios: HTTP add_sub at concurrency 1, 4, 8 (`--concurrency`); gRPC add_sub sync (c=1), --async
-(c=4) and --streaming (c=4); gRPC --streaming on repeat_int32 (4 responses per request, c=4); gRPC
-simple_dyna_sequence with --sequence-length 20 (c=4). Prints one table: scenario, tcli and Triton
-throughput (requests/s; for the decoupled model also responses/s), their ratio, and p50/p99
-latencies. A scenario perf_analyzer cannot stabilise shows "n/a". The reference is installed by
-../shared/reference/setup-triton.sh (run here when missing).
+Installs the reference (../shared/reference/setup-triton.sh) when it is missing, starts each
+server, runs each scenario and prints one table: scenario, tcli, reference, ratio, target, result.
+Every ratio is taken in the same run on the same machine; the two sides of a comparison are
+measured alternately (A B, then B A) so that the machine's drift falls on both.
+
+Scenarios (--only names in brackets; benchmarks/NOTES.md says what each measures and how):
+  1 [frontend]  python-backend add_sub under real perf_analyzer, tcli vs real Triton, batch 1,
+                concurrency 1/4/8 over HTTP and gRPC: throughput ratio >= 1.00 and p99 no worse;
+                decoupled repeat_int32 and sequence simple_dyna_sequence as info rows.
+  2 [batching]  densenet_onnx at concurrency 8 and digits_onnx at 16 with dynamic batching,
+                against onnxruntime in-process in its best batch/threads/sessions: >= 0.90.
+  3 [instances] count 2 vs count 1: a ~2 ms pure-Python loop model, and DenseNet with
+                intra_op_thread_count 1, at concurrency 4: >= 1.7.
+  4 [startup]   tcli serve model_repository ready within 3 s; RSS after 100,000 requests within
+                10% of after 1,000 (--quick: 20,000); unloading a 128 MB model returns >= 90%.
+  5 [perf]      tcli perf against perf_analyzer on the same server and model (add_sub),
+                concurrency 1/4/8 over HTTP and gRPC: ratio within 0.90-1.10.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import os
-import platform
-import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = Path(os.environ.get("TRITON_REFERENCE_DIR", Path.home() / ".cache" / "triton-reference"))
-SETUP = ROOT.parent / "shared" / "reference" / "setup-triton.sh"
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import batching, frontend, instances, perf_tools, startup
+from benchmarks.context import Context
+from benchmarks.harness import Server, Windows, ensure_reference, log, start_tcli, start_triton
+from benchmarks.repos import copy_examples
+from benchmarks.table import Row, machine, render, write_json
+
+SCENARIOS = ("frontend", "batching", "instances", "startup", "perf")
+# scenario 5: the server on core 0, each load generator on core 1 (see NOTES.md)
+SERVER_CPUS, CLIENT_CPUS = [0], [1]
 
 
-MODELS = ("add_sub", "repeat_int32", "simple_dyna_sequence")
-
-
-@dataclass
-class Result:
-    throughput: float
-    p50_us: int
-    p99_us: int
-    responses: float | None = None  # Response Throughput (decoupled models)
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    protocol: str  # http | grpc
-    model: str
-    concurrency: int
-    flags: tuple[str, ...] = ()
-
-
-def scenarios(levels: list[int], protocols: list[str]) -> list[Scenario]:
-    chosen = []
-    if "http" in protocols:
-        chosen += [Scenario(f"http c={c}", "http", "add_sub", c) for c in levels]
-    if "grpc" in protocols:
-        chosen += [
-            Scenario("grpc c=1", "grpc", "add_sub", 1),
-            Scenario("grpc async c=4", "grpc", "add_sub", 4, ("--async",)),
-            Scenario("grpc stream c=4", "grpc", "add_sub", 4, ("--streaming",)),
-            Scenario(
-                "decoupled c=4",
-                "grpc",
-                "repeat_int32",
-                4,
-                ("--streaming", "--shape", "IN:4", "--shape", "DELAY:4", "--input-data", "zero"),
-            ),
-            Scenario("sequence c=4", "grpc", "simple_dyna_sequence", 4, ("--sequence-length", "20")),
-        ]
-    return chosen
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def ensure_reference() -> None:
-    if (REFERENCE / "bin" / "tritonserver").exists() and (REFERENCE / "bin" / "perf_analyzer").exists():
-        return
-    if not SETUP.exists():
-        sys.exit(f"real Triton is not installed and {SETUP} is missing")
-    print("installing the reference Triton 2.51 and perf_analyzer ...", file=sys.stderr)
-    subprocess.run(["bash", str(SETUP), str(REFERENCE)], check=True, stdout=subprocess.DEVNULL)
-
-
-def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("server did not become ready")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-
-def start_triton(repo: Path, log: Path) -> tuple[subprocess.Popen[bytes], int, int]:
-    http, grpc, metrics = free_port(), free_port(), free_port()
-    process = subprocess.Popen(
-        [
-            str(REFERENCE / "bin" / "tritonserver"),
-            f"--model-repository={repo}",
-            f"--http-port={http}",
-            f"--grpc-port={grpc}",
-            f"--metrics-port={metrics}",
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    return process, http, grpc
-
-
-def start_tcli(repo: Path, log: Path) -> tuple[subprocess.Popen[bytes], int, int]:
-    http, grpc, metrics = free_port(), free_port(), free_port()
-    tcli = Path(sys.executable).parent / "tcli"
-    process = subprocess.Popen(
-        [
-            str(tcli),
-            "serve",
-            str(repo),
-            "--http-port",
-            str(http),
-            "--metrics-port",
-            str(metrics),
-            "--allow-grpc=true",
-            "--grpc-port",
-            str(grpc),
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    return process, http, grpc
-
-
-def perf(scenario: Scenario, port: int, interval_ms: int, workdir: Path) -> Result | None:
-    """perf_analyzer's measurement of one scenario, or None (with its output on stderr) when it
-    fails, e.g. cannot stabilise on a noisy machine."""
-    report = workdir / f"pa-{port}-{len(list(workdir.glob('pa-*')))}.csv"
-    command = [
-        str(REFERENCE / "bin" / "perf_analyzer"),
-        "-m",
-        scenario.model,
-        "-i",
-        scenario.protocol,
-        "-u",
-        f"127.0.0.1:{port}",
-        "--concurrency-range",
-        f"{scenario.concurrency}:{scenario.concurrency}",
-        *scenario.flags,
-        "--measurement-interval",
-        str(interval_ms),
-        "-s",
-        "25",
-        "--max-trials",
-        "20",
-        "-f",
-        str(report),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    if done.returncode != 0 or not report.exists():
-        print(
-            f"perf_analyzer failed ({scenario.name}):\n{done.stdout[-1500:]}\n{done.stderr[-1500:]}",
-            file=sys.stderr,
-        )
-        return None
-    with report.open() as handle:
-        row = next(csv.DictReader(handle))
-    responses = row.get("Response Throughput")
-    return Result(
-        float(row["Inferences/Second"]),
-        int(row["p50 latency"]),
-        int(row["p99 latency"]),
-        float(responses) if responses else None,
-    )
-
-
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="short measurement windows")
-    parser.add_argument("--concurrency", default="1,4,8", help="HTTP concurrency levels")
-    parser.add_argument("--protocols", default="http,grpc", help="http, grpc or both")
+    parser.add_argument("--quick", action="store_true", help="short windows and one round (under 2 minutes)")
+    parser.add_argument(
+        "--only", default=",".join(SCENARIOS), help=f"comma-separated subset of {', '.join(SCENARIOS)}"
+    )
+    parser.add_argument(
+        "--rounds", type=int, help="measurements per side of each comparison (default 2, --quick 1)"
+    )
+    parser.add_argument(
+        "--interval", type=int, help="perf_analyzer window in ms for add_sub (default 1500, --quick 700)"
+    )
+    parser.add_argument(
+        "--perf-setup",
+        choices=("pinned", "shared"),
+        default="pinned",
+        help="scenario 5: server and load generator on separate cores (pinned) or sharing both",
+    )
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the rows as JSON")
     args = parser.parse_args()
+    unknown = set(args.only.split(",")) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenario(s) {', '.join(sorted(unknown))}; choose from {', '.join(SCENARIOS)}")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    chosen = set(args.only.split(","))
+    began = time.monotonic()
     ensure_reference()
-    interval = 1000 if args.quick else 3000
-    levels = [int(c) for c in args.concurrency.split(",")]
-    chosen = scenarios(levels, args.protocols.split(","))
+    rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="tcli-bench-") as tmp:
-        workdir = Path(tmp)
-        repo = workdir / "repo"
-        repo.mkdir()
-        for model in MODELS:
-            shutil.copytree(ROOT / "model_repository" / model, repo / model)
-        results: dict[str, dict[Scenario, Result | None]] = {}
-        for name, start in (("triton", start_triton), ("tcli", start_tcli)):
-            process, http, grpc = start(repo, workdir / f"{name}.log")
-            try:
-                wait_ready(http, process)
-                results[name] = {
-                    s: perf(s, http if s.protocol == "http" else grpc, interval, workdir) for s in chosen
-                }
-            finally:
-                stop(process)
-    print(
-        f"python backend, perf_analyzer 2.51, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
-        f"{platform.machine()} {os.cpu_count()} cores, {platform.python_version()}"
-    )
-    header = (
-        f"{'scenario':<18}{'model':<22}{'tcli infer/s':>14}{'triton infer/s':>16}{'ratio':>8}"
-        f"{'tcli p50/p99 us':>18}{'triton p50/p99 us':>20}"
-    )
-    print(header)
-    print("-" * len(header))
-    for scenario in chosen:
-        ours, theirs = results["tcli"][scenario], results["triton"][scenario]
-        line = f"{scenario.name:<18}{scenario.model:<22}"
-        line += f"{_rate(ours):>14}{_rate(theirs):>16}"
-        ratio = (
-            f"{ours.throughput / theirs.throughput:.2f}" if ours and theirs and theirs.throughput else "n/a"
+        ctx = Context(
+            quick=args.quick,
+            workdir=Path(tmp),
+            windows=Windows(args.interval or (700 if args.quick else 1500)),
+            rounds=args.rounds or (1 if args.quick else 2),
         )
-        line += f"{ratio:>8}{_latency(ours):>18}{_latency(theirs):>20}"
-        print(line)
-        if ours and theirs and ours.responses and theirs.responses:
-            print(
-                f"{'  responses/s':<40}{ours.responses:>14.1f}{theirs.responses:>16.1f}"
-                f"{ours.responses / theirs.responses:>8.2f}"
-            )
+        rows += _python_scenarios(ctx, chosen, args.perf_setup)
+        rows += _onnx_scenarios(ctx, chosen)
+        if "startup" in chosen:
+            rows += startup.ready_rows(ctx, ctx.workdir / "python-repo")
+            rows += [startup.memory_growth_row(ctx), startup.unload_row(ctx)]
+    took = time.monotonic() - began
+    mode = "--quick" if args.quick else "default"
+    title = f"tcli benchmark ({mode}, {took / 60:.1f} min), {machine()}"
+    rows.sort(key=lambda row: row.scenario.split(" ", 1)[0])
+    render(rows, title)
+    if args.json:
+        write_json(args.json, rows, {"title": title, "mode": mode, "seconds": round(took, 1)})
+    log(f"done in {took:.0f} s")
 
 
-def _rate(result: Result | None) -> str:
-    return f"{result.throughput:.1f}" if result else "n/a"
+def _python_scenarios(ctx: Context, chosen: set[str], perf_setup: str) -> list[Row]:
+    """Scenarios 1, 3a and 5 on the python-backend repository, served by tcli and real Triton."""
+    repo = ctx.workdir / "python-repo"
+    copy_examples(repo)
+    loop_note = instances.add_python_models(repo) if chosen & {"instances", "startup"} else ""
+    if not chosen & {"frontend", "instances", "perf"}:
+        return []
+    rows: list[Row] = []
+    need_triton = bool(chosen & {"frontend", "instances"})
+    triton = start_triton(repo, ctx.workdir / "triton.log") if need_triton else None
+    tcli = start_tcli([repo], ctx.workdir / "tcli.log")
+    try:
+        for server in (triton, tcli):
+            if server:
+                server.wait()
+        if "frontend" in chosen and triton:
+            rows += frontend.rows(ctx, triton, tcli)
+        if "instances" in chosen and triton:
+            rows.append(instances.python_row(ctx, tcli, triton, loop_note))
+        if "perf" in chosen and perf_setup == "shared":
+            rows += perf_tools.rows(ctx, tcli, "tcli server; server and tools share both cores", None)
+    finally:
+        for server in (triton, tcli):
+            if server:
+                server.stop()
+    if "perf" in chosen and perf_setup == "pinned":
+        pinned = start_tcli([repo], ctx.workdir / "tcli-pinned.log", cpus=SERVER_CPUS)
+        try:
+            pinned.wait()
+            setup = f"tcli server on core {SERVER_CPUS[0]}, each tool on core {CLIENT_CPUS[0]}"
+            rows += perf_tools.rows(ctx, pinned, setup, CLIENT_CPUS)
+        finally:
+            pinned.stop()
+    return rows
 
 
-def _latency(result: Result | None) -> str:
-    return f"{result.p50_us}/{result.p99_us}" if result else "n/a"
+def _onnx_scenarios(ctx: Context, chosen: set[str]) -> list[Row]:
+    """Scenarios 2 and 3b: onnxruntime models on one tcli server (ceilings searched before it starts)."""
+    if not chosen & {"batching", "instances"}:
+        return []
+    repo = ctx.workdir / "onnx-repo"
+    repo.mkdir()
+    prepared = batching.prepare(ctx, repo) if "batching" in chosen else []
+    if "instances" in chosen:
+        instances.add_onnx_models(repo)
+    server: Server = start_tcli([repo], ctx.workdir / "tcli-onnx.log")
+    rows: list[Row] = []
+    try:
+        server.wait()
+        if prepared:
+            rows += batching.rows(ctx, server, prepared)
+        if "instances" in chosen:
+            rows.append(instances.onnx_row(ctx, server))
+    finally:
+        server.stop()
+    return rows
 
 
 if __name__ == "__main__":

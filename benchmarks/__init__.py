@@ -1,0 +1,1 @@
+"""Benchmarks: `python benchmarks/run.py --help`."""

@@ -1,0 +1,160 @@
+"""Scenario 4, start-up and memory. (a) `tcli serve model_repository` from launch until
+/v2/health/ready answers 200; for reference, tcli and real Triton on the python-only repository.
+(b) the server's resident memory (its process and children) after 100,000 add_sub requests against
+after the first 1,000, sent by real perf_analyzer --request-count, half over HTTP and half over gRPC.
+(c) a model with a 128 MB initializer loaded and unloaded in explicit mode: the share of the load's
+memory growth that the unload returns."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.context import Context
+from benchmarks.harness import PERF_ANALYZER, Server, log, start_tcli, start_triton
+from benchmarks.repos import EXAMPLES, big_onnx_model, copy_examples
+from benchmarks.table import Row, ratio
+
+READY_TARGET_S = 3.0
+GROWTH_TARGET = 1.10
+RETURNED_TARGET = 0.90
+BIG_MB = 128
+MB = 2**20
+
+
+def _time_to_ready(ctx: Context, start: Callable[[Path], Server], name: str) -> float:
+    server = start(ctx.workdir / f"startup-{name}.log")
+    try:
+        return server.wait()
+    finally:
+        server.stop()
+
+
+def ready_rows(ctx: Context, python_repo: Path) -> list[Row]:
+    runs = ctx.pick(3, 1)
+    log(f"start-up: tcli serve model_repository, {runs} time(s)")
+    example = [
+        _time_to_ready(ctx, lambda path: start_tcli([EXAMPLES], path), "tcli-examples") for _ in range(runs)
+    ]
+    ours = statistics.median(example)
+    log("start-up: tcli and Triton on the python-only repository")
+    tcli_python = _time_to_ready(ctx, lambda path: start_tcli([python_repo], path), "tcli-python")
+    triton_python = _time_to_ready(ctx, lambda path: start_triton(python_repo, path), "triton-python")
+    return [
+        Row(
+            "4a tcli serve model_repository: launch to ready",
+            f"{ours:.2f} s",
+            "—",
+            None,
+            f"<= {READY_TARGET_S:.0f} s",
+            ours <= READY_TARGET_S,
+            f"median of {runs}: " + ", ".join(f"{t:.2f}" for t in example) + " s; every example model",
+        ),
+        Row(
+            "4a python-only repo: launch to ready",
+            f"{tcli_python:.2f} s",
+            f"{triton_python:.2f} s",
+            ratio(tcli_python, triton_python),
+            "info",
+            None,
+            "add_sub, repeat_int32, simple_dyna_sequence (+ benchmark python models); Triton 2.51 for reference",
+        ),
+    ]
+
+
+def _send(server: Server, protocol: str, count: int) -> None:
+    """`count` add_sub requests from perf_analyzer at concurrency 4 (its --request-count mode)."""
+    command = [
+        str(PERF_ANALYZER),
+        "-m",
+        "add_sub",
+        "-i",
+        protocol,
+        "-u",
+        server.address(protocol),
+        "--concurrency-range",
+        "4:4",
+        "--request-count",
+        str(count),
+        "--measurement-interval",
+        "600000",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"perf_analyzer --request-count failed: {(done.stdout + done.stderr)[-500:]}")
+
+
+def memory_growth_row(ctx: Context) -> Row:
+    total = ctx.pick(100_000, 20_000)
+    repo = ctx.workdir / "memory-repo"
+    copy_examples(repo, ("add_sub",))
+    server = start_tcli([repo], ctx.workdir / "memory-tcli.log")
+    try:
+        server.wait()
+        log(f"memory: first 1,000 add_sub requests (HTTP + gRPC), then {total - 1000:,} more")
+        for protocol in ("http", "grpc"):
+            _send(server, protocol, 500)
+        first = server.rss_bytes()
+        for protocol in ("http", "grpc"):
+            _send(server, protocol, (total - 1000) // 2)
+        last = server.rss_bytes()
+    finally:
+        server.stop()
+    growth = last / first
+    return Row(
+        f"4b RSS after {total:,} add_sub requests / after 1,000",
+        f"{last / MB:,.0f} MB / {first / MB:,.0f} MB",
+        "—",
+        growth,
+        f"<= {GROWTH_TARGET:.2f}",
+        growth <= GROWTH_TARGET,
+        "perf_analyzer --request-count, c=4, half HTTP half gRPC; RSS of the server and its children"
+        + ("; --quick: 20,000 requests, not 100,000" if ctx.quick else ""),
+    )
+
+
+def _settled(server: Server, timeout: float = 20.0) -> int:
+    """RSS once the unload (finished on a background thread) has stopped changing it: two samples
+    half a second apart within 1 MB, after the model left the ready state."""
+    deadline = time.monotonic() + timeout
+    while server.model_ready("big") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    previous = server.rss_bytes()
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        current = server.rss_bytes()
+        if abs(current - previous) < MB:
+            return current
+        previous = current
+    return previous
+
+
+def unload_row(ctx: Context) -> Row:
+    repo = ctx.workdir / "unload-repo"
+    big_onnx_model(repo, "big", BIG_MB)
+    server = start_tcli([repo], ctx.workdir / "unload-tcli.log", extra=["--model-control-mode", "explicit"])
+    try:
+        server.wait()
+        log(f"memory: load and unload a {BIG_MB} MB onnx model")
+        time.sleep(0.5)
+        before = server.rss_bytes()
+        if server.load("big") != 200:
+            raise RuntimeError(f"loading the big model failed; see {server.log_path}")
+        loaded = server.rss_bytes()
+        server.unload("big")
+        after = _settled(server)
+    finally:
+        server.stop()
+    returned = (loaded - after) / (loaded - before) if loaded > before else None
+    return Row(
+        f"4c unload a {BIG_MB} MB onnx model: memory returned",
+        f"{before / MB:,.0f} -> {loaded / MB:,.0f} -> {after / MB:,.0f} MB",
+        "—",
+        returned,
+        f">= {RETURNED_TARGET:.2f}",
+        None if returned is None else returned >= RETURNED_TARGET,
+        "RSS before load -> loaded -> after unload (explicit mode); ratio: share of the growth returned",
+    )
