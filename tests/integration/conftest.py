@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,9 +89,11 @@ def start_server(
     allow_client_shm: bool = False,
     max_input_size: int = 64 * 2**20,
     protocol: str = "http",
+    grpc_implementation: str | None = None,
 ) -> RunningServer:
     """The real server (`server.app.Server`, as `tcli serve` composes it) with one front end, HTTP or
-    gRPC (`protocol`), on port 0; returns once it is bound."""
+    gRPC (`protocol`), on port 0; returns once it is bound. `grpc_implementation` (native | grpcio)
+    defaults to $TCLI_TEST_GRPC_IMPLEMENTATION, else the server's default."""
     settings = ServerSettings(
         [repository],
         mode,
@@ -105,6 +108,9 @@ def start_server(
         http_max_input_size=max_input_size,
         exit_timeout_secs=10,
     )
+    implementation = grpc_implementation or os.environ.get("TCLI_TEST_GRPC_IMPLEMENTATION")
+    if implementation:
+        settings.grpc_implementation = implementation
     return RunningServer(Server(settings).start(), repository)
 
 

@@ -1,6 +1,7 @@
 """A real tcli gRPC server on port 0, in-process: `server.app.Server` as `tcli serve` composes it, with only
 its gRPC front end, on its own event loop thread. Start-up waits on the server binding, never on
-sleeps; stopping unloads every model."""
+sleeps; stopping unloads every model. The module fixture `grpc_server` runs each test on both gRPC
+transports (native and grpcio); other servers use $TCLI_TEST_GRPC_IMPLEMENTATION or the default."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from server.frontends.grpc import GRPC_IMPLEMENTATIONS
 from server.repository.manager import ControlMode
 from tests.integration.conftest import RunningServer, link_repository, python_host_available, start_server
 
@@ -26,19 +28,32 @@ def start_grpc_server(
     load_models: list[str] | None = None,
     *,
     allow_client_shm: bool = False,
+    implementation: str | None = None,
 ) -> RunningGrpcServer:
     """The real server (`server.app.Server`, as `tcli serve` composes it) with only its gRPC front end,
     on port 0; returns once it is bound."""
-    return start_server(repository, mode, load_models, allow_client_shm=allow_client_shm, protocol="grpc")
+    return start_server(
+        repository,
+        mode,
+        load_models,
+        allow_client_shm=allow_client_shm,
+        protocol="grpc",
+        grpc_implementation=implementation,
+    )
 
 
-@pytest.fixture(scope="module")
-def grpc_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGrpcServer]:
+@pytest.fixture(scope="module", params=GRPC_IMPLEMENTATIONS)
+def grpc_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningGrpcServer]:
     """Explicit control mode, client shared memory allowed; the ONNX, TorchScript and ensemble example
-    models (and the python ones when the python backend host is there) loaded at start-up."""
+    models (and the python ones when the python backend host is there) loaded at start-up; once per
+    gRPC implementation."""
     models = GRPC_FRAMEWORK_MODELS + (GRPC_PYTHON_MODELS if python_host_available() else [])
     repository = link_repository(tmp_path_factory.mktemp("repo") / "models", GRPC_REPOSITORY_MODELS)
-    server = start_grpc_server(repository, ControlMode.EXPLICIT, models, allow_client_shm=True)
+    server = start_grpc_server(
+        repository, ControlMode.EXPLICIT, models, allow_client_shm=True, implementation=request.param
+    )
     try:
         yield server
     finally:

@@ -507,7 +507,10 @@ def test_message_size_limit_is_configurable(grpc_server: RunningGrpcServer) -> N
     def on_server_loop(coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, grpc_server.loop).result(timeout=30)
 
-    small = on_server_loop(serve_grpc(grpc_server.service, "127.0.0.1", 0, max_message_size=2**20))
+    implementation = grpc_server.server.settings.grpc_implementation
+    small = on_server_loop(
+        serve_grpc(grpc_server.service, "127.0.0.1", 0, max_message_size=2**20, implementation=implementation)
+    )
     try:
         with grpc.insecure_channel(f"127.0.0.1:{small.port}") as channel:
             stub = pb_grpc.GRPCInferenceServiceStub(channel)
@@ -519,4 +522,6 @@ def test_message_size_limit_is_configurable(grpc_server: RunningGrpcServer) -> N
     finally:
         on_server_loop(small.shutdown())
     with pytest.raises(OSError, match="could not bind"):  # a port in use is an error
-        on_server_loop(serve_grpc(grpc_server.service, "127.0.0.1", grpc_server.port))
+        on_server_loop(
+            serve_grpc(grpc_server.service, "127.0.0.1", grpc_server.port, implementation=implementation)
+        )
