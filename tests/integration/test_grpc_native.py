@@ -184,3 +184,53 @@ def test_a_client_speaking_http1_is_turned_away(
         while raw.recv(65536):  # whatever the server says, it closes the connection
             pass
     assert client.is_server_live()
+
+
+def test_metadata_reaches_handlers_as_grpc_aio_gives_it(native_server: RunningGrpcServer) -> None:
+    """The same handler on a native server and on a grpc.aio server sees the same invocation_metadata
+    (custom keys, -bin values decoded, user-agent; no transport headers such as grpc-timeout)."""
+    if native_server.server.settings.grpc_implementation != "native":
+        pytest.skip("compares the native transport with grpc.aio directly")
+    from server.frontends.grpc_native import serve_native
+
+    async def echo(request: bytes, context: object) -> bytes:
+        pairs = [(key, value) for key, value in context.invocation_metadata()]  # type: ignore[attr-defined]
+        return repr(sorted(pairs)).encode()
+
+    handlers = [
+        grpc.method_handlers_generic_handler(
+            "t.Echo", {"Metadata": grpc.unary_unary_rpc_method_handler(echo)}
+        )
+    ]
+
+    async def start() -> tuple[object, object, int, int]:
+        native = await serve_native(
+            lambda table: None, _Frontend(), "127.0.0.1", 0, max_message_size=2**20, generic_handlers=handlers
+        )
+        reference = grpc.aio.server()
+        reference.add_generic_rpc_handlers(handlers)
+        port = reference.add_insecure_port("127.0.0.1:0")
+        await reference.start()
+        return native, reference, native.port, port
+
+    def on_server_loop(coroutine: object) -> object:
+        return asyncio.run_coroutine_threadsafe(coroutine, native_server.loop).result(WAIT)  # type: ignore[arg-type]
+
+    native, reference, native_port, reference_port = on_server_loop(start())  # type: ignore[misc]
+    metadata = [("x-plain", "some value"), ("x-raw-bin", b"\x00\xff\x10"), ("triton_grpc_error", "true")]
+    try:
+        seen = []
+        for port in (native_port, reference_port):
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                call = channel.unary_unary("/t.Echo/Metadata")
+                seen.append(call(b"", metadata=metadata, timeout=WAIT, compression=grpc.Compression.Gzip))
+        assert seen[0] == seen[1]
+        assert b"'x-raw-bin', b'\\x00\\xff\\x10'" in seen[0] and b"grpc-timeout" not in seen[0]
+    finally:
+        on_server_loop(native.shutdown())  # type: ignore[attr-defined]
+        on_server_loop(reference.stop(None))  # type: ignore[attr-defined]
+
+
+class _Frontend:
+    def close(self) -> None:
+        pass
