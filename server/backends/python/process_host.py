@@ -173,6 +173,8 @@ class _Process:
                 self._process.start()
         except BaseException:
             self.ring.close()
+            self._conn.close()
+            child_conn.close()
             raise
         child_conn.close()
         self.pid = self._process.pid
@@ -201,6 +203,8 @@ class _Process:
                 (request.id, metas[:count], [o.name for o in request.outputs], request.parameters)
             )
             metas = metas[count:]
+        # pickled first: a value pickle refuses fails the batch before anything waits on it
+        message = pickle.dumps(("exec", batch_id, arena_name, described, channels is not None), _PROTOCOL)
         batch = _Batch(len(requests), channels is not None)
         with self._lock:
             if self.dead:
@@ -208,8 +212,8 @@ class _Process:
             self._batches[batch_id] = batch
             for index, channel in enumerate(channels or ()):
                 self._channels[batch_id, index] = channel
-        with contextlib.suppress(OSError):  # it just died: the reader answers the batch with that
-            self._send(("exec", batch_id, arena_name, described, channels is not None))
+        with contextlib.suppress(OSError), self._send_lock:  # it just died: the reader answers for it
+            self._conn.send_bytes(message)
         return batch.results.get()
 
     def stop(self) -> None:
