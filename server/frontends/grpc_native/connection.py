@@ -96,6 +96,7 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.streams: dict[int, Stream] = {}
         self._write: Callable[[bytes], None] = lambda data: None
+        self._out: list[bytes] | None = None  # written this turn of the loop, not yet sent
         self._buffer = bytearray()
         self._preface = True  # the client preface is still expected
         self._decoder = f.HeaderDecoder(MAX_HEADER_LIST)
@@ -116,8 +117,26 @@ class Connection(asyncio.Protocol):
     # asyncio ----------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        self._write = self.transport.write
+        self._write = self._buffered
         self._write(_SERVER_PREFACE)
+
+    def _buffered(self, data: bytes) -> None:
+        """With other streams open, frames written in one turn of the event loop leave in one send
+        (answers finished together share a system call); a lone stream's go at once (no call_soon)."""
+        out = self._out
+        if out is not None:
+            out.append(data)
+        elif len(self.streams) > 1:
+            self._out = [data]
+            self.loop.call_soon(self._send_out)
+        else:
+            assert self.transport is not None
+            self.transport.write(data)
+
+    def _send_out(self) -> None:
+        out, self._out = self._out, None
+        if out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -532,6 +551,7 @@ class Connection(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None and not self.closed:
             self.closed = True
+            self._send_out()
             self.transport.close()
 
     def _fail(self, code: int, message: str) -> None:
