@@ -1,5 +1,7 @@
 """The gRPC front end: `inference.GRPCInferenceService` (tritonclient's generated service) and the
-standard `grpc.health.v1.Health` service on a grpc.aio server, over InferenceService.
+standard `grpc.health.v1.Health` service over InferenceService, served by tcli's own HTTP/2 transport
+(server/frontends/grpc_native, the default: a fraction of grpc.aio's CPU per call) or by a grpc.aio
+server; both call the same servicer methods below.
 
 Every RPC decodes its message with server/protocol/grpc_codec.py, calls the core facade and encodes
 the answer; errors become the gRPC status of their code (ErrorCode.grpc_status_name) with the core's
