@@ -60,7 +60,7 @@ def measure(sessions: Sequence[Any], batch: int, seconds: float) -> float:
     def drive(index: int) -> None:
         session, feed = sessions[index], feeds[index]
         start.wait()
-        while time.perf_counter() < deadline[0] or counts[index] < 2:
+        while time.perf_counter() < deadline[0] or counts[index] < 1:
             session.run(None, feed)
             counts[index] += 1
 
@@ -81,11 +81,16 @@ def search(
     seconds: float,
     threads: Sequence[int] = (1, 2),
     sessions: Sequence[int] = (1, 2),
+    max_threads: int | None = None,
 ) -> CeilingResult:
+    """Every combination; with `max_threads`, those whose sessions x threads exceed it are skipped
+    (oversubscribing the cores has never won here, and --quick has no time for it)."""
     tried: dict[OrtConfig, float] = {}
     for thread_count in threads:
         pool = [_session(model, thread_count) for _ in range(max(sessions))]
         for session_count, batch in itertools.product(sessions, batches):
+            if max_threads is not None and session_count * thread_count > max_threads:
+                continue
             config = OrtConfig(batch, thread_count, session_count)
             tried[config] = measure(pool[:session_count], batch, seconds)
         del pool

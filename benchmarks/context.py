@@ -53,10 +53,12 @@ class Summary:
     p99_us: float
     runs: list[float]
     responses: float | None = None
-    client_cpu_pct: float | None = None
 
-    def rate(self) -> str:
-        return f"{self.throughput:,.0f}/s"
+
+def round_ratios(ours: Sequence[Measurement | None], theirs: Sequence[Measurement | None]) -> str:
+    """The ratio of each round's pair (measured back to back), to show the spread behind a median."""
+    pairs = [f"{a.throughput / b.throughput:.2f}" for a, b in zip(ours, theirs, strict=True) if a and b]
+    return "rounds " + ", ".join(pairs) if len(pairs) > 1 else ""
 
 
 def summarize(runs: Sequence[Measurement | None]) -> Summary | None:
@@ -64,12 +66,10 @@ def summarize(runs: Sequence[Measurement | None]) -> Summary | None:
     if not done:
         return None
     responses = [m.responses for m in done if m.responses is not None]
-    cpu = [m.client_cpu_pct for m in done if m.client_cpu_pct is not None]
     return Summary(
         statistics.median(m.throughput for m in done),
         statistics.median(m.p50_us for m in done),
         statistics.median(m.p99_us for m in done),
         [m.throughput for m in done],
         statistics.median(responses) if responses else None,
-        statistics.median(cpu) if cpu else None,
     )

@@ -5,8 +5,10 @@ no worse. The decoupled and sequence examples are measured the same way as info 
 
 from __future__ import annotations
 
-from benchmarks.context import Context, Summary, interleaved, summarize
-from benchmarks.harness import Load, Server, log, perf_analyzer
+from functools import partial
+
+from benchmarks.context import Context, Summary, interleaved, round_ratios, summarize
+from benchmarks.harness import Load, Measurement, Server, log, perf_analyzer
 from benchmarks.table import Row, ratio
 
 LEVELS = (1, 4, 8)
@@ -41,14 +43,30 @@ def _rate(summary: Summary | None, responses: bool) -> float | None:
     return summary.responses if responses and summary.responses is not None else summary.throughput
 
 
-def compare(ctx: Context, load: Load, triton: Server, tcli: Server) -> tuple[Summary | None, Summary | None]:
+def compare(
+    ctx: Context, load: Load, triton: Server, tcli: Server
+) -> tuple[list[Measurement | None], list[Measurement | None]]:
+    """perf_analyzer's runs against Triton and against tcli, alternately."""
     tag = f"{load.model}-{load.protocol}-c{load.concurrency}"
     sides = [
-        lambda: perf_analyzer(load, triton, ctx.windows, ctx.report(f"pa-triton-{tag}")),
-        lambda: perf_analyzer(load, tcli, ctx.windows, ctx.report(f"pa-tcli-{tag}")),
+        partial(_pa, ctx, load, triton, f"pa-triton-{tag}"),
+        partial(_pa, ctx, load, tcli, f"pa-tcli-{tag}"),
     ]
     theirs, ours = interleaved(sides, ctx.rounds)
-    return summarize(theirs), summarize(ours)
+    return theirs, ours
+
+
+def _pa(ctx: Context, load: Load, server: Server, tag: str) -> Measurement | None:
+    return perf_analyzer(load, server, ctx.windows, ctx.report(tag))
+
+
+def _raw(
+    theirs_runs: list[Measurement | None], ours_runs: list[Measurement | None]
+) -> dict[str, list[float]]:
+    return {
+        "tcli": [m.throughput for m in ours_runs if m],
+        "triton": [m.throughput for m in theirs_runs if m],
+    }
 
 
 def rows(ctx: Context, triton: Server, tcli: Server) -> list[Row]:
@@ -57,14 +75,17 @@ def rows(ctx: Context, triton: Server, tcli: Server) -> list[Row]:
         for level in LEVELS:
             load = Load("add_sub", protocol, level)
             log(f"front end: add_sub {protocol} c={level}")
-            theirs, ours = compare(ctx, load, triton, tcli)
+            theirs_runs, ours_runs = compare(ctx, load, triton, tcli)
+            theirs, ours = summarize(theirs_runs), summarize(ours_runs)
             speed = ratio(ours.throughput if ours else None, theirs.throughput if theirs else None)
             passed = None
-            if speed is not None and ours and theirs:
-                passed = speed >= 1.0 and ours.p99_us <= theirs.p99_us
-            note = "" if ours and theirs else "perf_analyzer could not stabilise (see stderr)"
-            if ours and theirs and not passed and speed is not None and speed >= 1.0:
-                note = "throughput met; p99 higher"
+            notes = [round_ratios(ours_runs, theirs_runs)]
+            if ours and theirs:
+                passed = speed is not None and speed >= 1.0 and ours.p99_us <= theirs.p99_us
+                if speed is not None and speed >= 1.0 and not passed:
+                    notes.append("throughput met; p99 higher")
+            else:
+                notes.append("perf_analyzer failed (see stderr)")
             result.append(
                 Row(
                     f"1 add_sub {protocol} c={level}",
@@ -73,13 +94,26 @@ def rows(ctx: Context, triton: Server, tcli: Server) -> list[Row]:
                     speed,
                     ">= 1.00, p99 <=",
                     passed,
-                    note,
+                    "; ".join(n for n in notes if n),
+                    _raw(theirs_runs, ours_runs),
                 )
             )
-    for name, load in INFO_LOADS:
+    for name, load in () if ctx.quick else INFO_LOADS:
         log(f"front end: {name}")
-        theirs, ours = compare(ctx, load, triton, tcli)
+        theirs_runs, ours_runs = compare(ctx, load, triton, tcli)
+        theirs, ours = summarize(theirs_runs), summarize(ours_runs)
         decoupled = load.model == "repeat_int32"
         speed = ratio(_rate(ours, decoupled), _rate(theirs, decoupled))
-        result.append(Row(f"1 {name}", cell(ours, decoupled), cell(theirs, decoupled), speed, "info", None))
+        result.append(
+            Row(
+                f"1 {name}",
+                cell(ours, decoupled),
+                cell(theirs, decoupled),
+                speed,
+                "info",
+                None,
+                "ratio of responses/s" if decoupled else "",
+                _raw(theirs_runs, ours_runs),
+            )
+        )
     return result

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
-import resource
 import signal
 import socket
 import subprocess
@@ -196,7 +195,6 @@ class Measurement:
     p50_us: int
     p99_us: int
     responses: float | None = None  # responses/s, decoupled models
-    client_cpu_pct: float | None = None  # the load generator's CPU time over its run, % of one core
 
 
 def perf_analyzer(
@@ -241,9 +239,7 @@ def _measure(
         str(report),
     ]
     report.unlink(missing_ok=True)  # a stale report must not stand in for a failed run
-    before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, preexec_fn=_pinned(cpus))
-    after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - started
     if done.returncode != 0 or not report.exists():
         tail = (done.stdout[-800:] + done.stderr[-800:]).strip()
         log(f"{Path(tool[0]).name} {' '.join(tool[1:])} failed on {load.model} c={load.concurrency}: {tail}")
@@ -251,11 +247,9 @@ def _measure(
     with report.open() as handle:
         row = next(csv.DictReader(handle))
     responses = row.get("Response Throughput")
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return Measurement(
         float(row["Inferences/Second"]),
         int(row["p50 latency"]),
         int(row["p99 latency"]),
         float(responses) if responses else None,
-        client_cpu_pct=100 * cpu / wall if wall else None,
     )

@@ -6,6 +6,7 @@ onnxruntime with intra_op_thread_count 1 per instance."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.context import Context, Summary, interleaved, summarize
@@ -53,16 +54,19 @@ def _cell(one: Summary | None, two: Summary | None, digits: int = 0) -> str:
     return f"{two.throughput:,.{digits}f} vs {one.throughput:,.{digits}f}/s"
 
 
-def python_row(ctx: Context, tcli: Server, triton: Server, note: str) -> Row:
-    log("instances: cpu_loop count 2 vs count 1 on tcli and on Triton")
+def python_row(ctx: Context, tcli: Server, triton: Server | None, note: str) -> Row:
+    """tcli's scaling, and real Triton's on the same two models unless `triton` is None (--quick)."""
+    log("instances: cpu_loop count 2 vs count 1" + (" on tcli and on Triton" if triton else ""))
     models = ("cpu_loop_1", "cpu_loop_2")
     ours = _scaling(ctx, tcli, models, ctx.windows)
-    theirs = _scaling(ctx, triton, models, ctx.windows)
     scale = ratio(ours[1].throughput if ours[1] else None, ours[0].throughput if ours[0] else None)
-    reference = ratio(
-        theirs[1].throughput if theirs[1] else None, theirs[0].throughput if theirs[0] else None
-    )
-    reference_text = _cell(theirs[0], theirs[1]) + ("" if reference is None else f" ({reference:.2f}x)")
+    reference_text = "— (--quick)"
+    if triton is not None:
+        theirs = _scaling(ctx, triton, models, ctx.windows)
+        reference = ratio(
+            theirs[1].throughput if theirs[1] else None, theirs[0].throughput if theirs[0] else None
+        )
+        reference_text = _cell(theirs[0], theirs[1]) + ("" if reference is None else f" ({reference:.2f}x)")
     return Row(
         f"3a python CPU-bound count 2 vs 1, c={CONCURRENCY}",
         _cell(ours[0], ours[1]),
@@ -70,13 +74,13 @@ def python_row(ctx: Context, tcli: Server, triton: Server, note: str) -> Row:
         scale,
         f">= {TARGET:.2f}",
         at_least(scale, TARGET),
-        f"{note}; ratio column: tcli count 2 / count 1; reference: real Triton's own",
+        f"{note}; ratio: tcli count 2 / count 1; reference: real Triton's own",
     )
 
 
 def onnx_row(ctx: Context, tcli: Server) -> Row:
     log("instances: densenet count 2 vs count 1 (intra_op_thread_count 1)")
-    windows = Windows(ctx.pick(3000, 2000), ctx.windows.stability_pct)
+    windows = replace(ctx.windows, interval_ms=ctx.pick(2000, 1000))
     one, two = _scaling(ctx, tcli, ("densenet_x1", "densenet_x2"), windows)
     scale = ratio(two.throughput if two else None, one.throughput if one else None)
     return Row(

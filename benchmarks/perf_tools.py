@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import partial
 
-from benchmarks.context import Context, Summary, interleaved, summarize
+from benchmarks.context import Context, Summary, interleaved, round_ratios, summarize
 from benchmarks.harness import Load, Server, log, perf_analyzer, tcli_perf
 from benchmarks.table import Row, ratio
 
@@ -19,8 +19,7 @@ LOW, HIGH = 0.90, 1.10
 def _cell(summary: Summary | None) -> str:
     if summary is None:
         return "n/a"
-    cpu = "" if summary.client_cpu_pct is None else f" · client {summary.client_cpu_pct:.0f}% cpu"
-    return f"{summary.throughput:,.0f}/s · p50 {summary.p50_us:,.0f} µs{cpu}"
+    return f"{summary.throughput:,.0f}/s · p50 {summary.p50_us:,.0f} µs"
 
 
 def rows(ctx: Context, server: Server, setup: str, client_cpus: Sequence[int] | None) -> list[Row]:
@@ -47,7 +46,11 @@ def rows(ctx: Context, server: Server, setup: str, client_cpus: Sequence[int] | 
                     agreement,
                     f"{LOW:.2f}-{HIGH:.2f}",
                     None if agreement is None else LOW <= agreement <= HIGH,
-                    setup,
+                    "; ".join(n for n in (setup, round_ratios(ours_runs, pa_runs)) if n),
+                    {
+                        "tcli perf": [m.throughput for m in ours_runs if m],
+                        "perf_analyzer": [m.throughput for m in pa_runs if m],
+                    },
                 )
             )
     return result

@@ -7,7 +7,7 @@ import json
 import os
 import platform
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,6 +24,7 @@ class Row:
     target: str  # e.g. ">= 1.00", "<= 3 s", "info"
     passed: bool | None  # None: an info row, or not measurable (see note)
     note: str = ""
+    runs: dict[str, list[float]] = field(default_factory=dict)  # each side's raw figures (JSON only)
 
     @property
     def verdict(self) -> str:
