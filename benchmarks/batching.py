@@ -55,7 +55,7 @@ def prepare(ctx: Context, repo: Path) -> list[Prepared]:
     for case in CASES:
         log(f"batching: onnxruntime ceiling search for {case.example} (batch <= {case.concurrency})")
         model = batchable_onnx(EXAMPLES / case.example / "1" / "model.onnx")
-        seconds = ctx.pick(case.seconds, case.seconds / 3)
+        seconds = ctx.pick(case.seconds, case.seconds / 4)
         found = ceiling.search(model, case.batches, seconds, max_threads=ctx.pick(None, os.cpu_count()))
         best = found.best
         serving = OnnxServing(best.batch, best.sessions, best.threads, dynamic_batching=True)

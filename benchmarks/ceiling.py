@@ -87,10 +87,9 @@ def search(
     (oversubscribing the cores has never won here, and --quick has no time for it)."""
     tried: dict[OrtConfig, float] = {}
     for thread_count in threads:
-        pool = [_session(model, thread_count) for _ in range(max(sessions))]
-        for session_count, batch in itertools.product(sessions, batches):
-            if max_threads is not None and session_count * thread_count > max_threads:
-                continue
+        counts = [s for s in sessions if max_threads is None or s * thread_count <= max_threads]
+        pool = [_session(model, thread_count) for _ in range(max(counts, default=0))]
+        for session_count, batch in itertools.product(counts, batches):
             config = OrtConfig(batch, thread_count, session_count)
             tried[config] = measure(pool[:session_count], batch, seconds)
         del pool

@@ -137,6 +137,8 @@ def big_onnx_model(repo: Path, name: str, megabytes: int) -> Path:
     config = model_config_pb2.ModelConfig(name=name, platform="onnxruntime_onnx", max_batch_size=0)
     config.input.add(name="INDEX", data_type=model_config_pb2.TYPE_INT64, dims=[1])
     config.output.add(name="VALUE", data_type=model_config_pb2.TYPE_FP32, dims=[1])
+    # one instance: Triton's default for onnxruntime on CPU is two, i.e. two copies of the table
+    config.instance_group.add(count=1, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
     write_config(target, config)
     return target
 
