@@ -356,6 +356,40 @@ def test_decoupled_streams_from_model_threads(tmp_path: Path) -> None:
         runner.stop(10)
 
 
+ASYNC_DECOUPLED = """
+import asyncio
+import os
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        for request in requests:
+            n = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            sender = request.get_response_sender()
+            for i in range(n):
+                await asyncio.sleep(0)
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([i], dtype=np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
+def test_coroutine_execute_in_its_process(tmp_path: Path) -> None:
+    extra = "model_transaction_policy { decoupled: true }"
+    runner = make_runner(tmp_path, "adec", ASYNC_DECOUPLED, count=2, extra=extra)
+    try:
+        assert all(isinstance(i, ProcessModel) for i in runner._instances)
+        waiter = submit(runner, request([2], model="adec"), streamed=True)
+        waiter.wait()
+        values = [(None if r is None else int(outputs(r)["OUT"][0]), f) for r, f in waiter.responses]
+        assert values == [(0, False), (1, False), (None, True)]
+    finally:
+        runner.stop(10)
+
+
 def test_crash_fails_in_flight_requests_and_the_instance_restarts(tmp_path: Path) -> None:
     runner = make_runner(tmp_path, "pp", MODEL, count=1, parameter="true")
     try:
