@@ -8,11 +8,16 @@ whatever header table size the client announces.
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections import deque
 
 import hpack
 from hpack.hpack import encode_integer
+
+# hpack logs every header it codes at DEBUG: with `tcli serve --log-verbose 1` that is several lines
+# per call, and the formatting alone costs more than the transport
+logging.getLogger("hpack").setLevel(logging.WARNING)
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
