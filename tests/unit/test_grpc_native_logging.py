@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+PROBE = """
 import logging
+logging.basicConfig(level=logging.DEBUG)
+import server.frontends.grpc_native.frames
+print(logging.getLogger("hpack.hpack").isEnabledFor(logging.DEBUG),
+      logging.getLogger("tcli.server").isEnabledFor(logging.DEBUG))
+"""
 
 
 def test_verbose_server_logging_leaves_hpack_quiet() -> None:
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.DEBUG)
-    try:
-        import server.frontends.grpc_native.frames  # noqa: F401  (the module that uses hpack)
-
-        assert not logging.getLogger("hpack.hpack").isEnabledFor(logging.DEBUG)
-        assert logging.getLogger("tcli.server").isEnabledFor(logging.DEBUG)
-    finally:
-        root.setLevel(level)
+    # a fresh interpreter: the answer must not depend on what other tests did to logging
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]
