@@ -65,6 +65,7 @@ class Server:
         self.metrics_port: int | None = None
         self.grpc_port: int | None = None
         self._handles: list[Any] = []
+        self._bls: Any = None  # python models' BLS requests run on the front ends' loop while it serves
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
@@ -129,6 +130,9 @@ class Server:
             self.manager.start_polling(self.settings.repository_poll_secs)
 
     async def start_frontends(self) -> None:
+        from server.backends.python import bls
+
+        self._bls = bls.install(self.service, asyncio.get_running_loop())
         settings = self.settings
         if settings.allow_http:
             from server.frontends.http import create_http_app, serve_http
@@ -167,6 +171,11 @@ class Server:
         for handle in self._handles:
             await handle.shutdown()
         self._handles.clear()
+        if self._bls is not None:
+            from server.backends.python import bls
+
+            bls.uninstall(self._bls)
+            self._bls = None
         self.shm_registry.close()  # the front ends are gone: unmap every region still registered
 
     async def drain(self, timeout: float) -> None:
