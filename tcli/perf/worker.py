@@ -31,6 +31,11 @@ from multiprocessing.connection import Connection
 from typing import Any, cast
 
 now_ns = time.monotonic_ns  # CLOCK_MONOTONIC: one clock for every process on the machine
+# gRPC clients per HTTP/2 connection: perf_analyzer's C++ client shares one channel among at most
+# this many clients, its own statistics client being the first (measured with `ss`: 2 connections
+# at concurrency 6-8, 3 at 13), so slot i rides connection (i + 1) // 6; the same variable changes it
+_SHARE = os.environ.get("TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT", "6")
+GRPC_SLOTS_PER_CONNECTION = max(1, int(_SHARE)) if _SHARE.strip().isdigit() else 6
 UNARY_PATH = "/inference.GRPCInferenceService/ModelInfer"
 STREAM_PATH = "/inference.GRPCInferenceService/ModelStreamInfer"
 
@@ -588,8 +593,8 @@ class Worker:
         self.grpc_stream: Any = None
         self.rate_sequences: list[SequenceState] = []
         self.rate_locks: list[asyncio.Lock] = []
-        self.h2: H2Connection | None = None
-        self.h2_connecting: asyncio.Task[Any] | None = None
+        self.h2: dict[int, H2Connection] = {}  # by connection group, see GRPC_SLOTS_PER_CONNECTION
+        self.h2_connecting: dict[int, asyncio.Task[Any]] = {}
         authority = f"{spec.host}:{spec.port}"
         self.unary_block = grpc_header_block(UNARY_PATH, authority, spec.grpc_metadata)
         self.stream_block = grpc_header_block(STREAM_PATH, authority, spec.grpc_metadata)
@@ -730,19 +735,23 @@ class Worker:
         self.grpc_unary = self.grpc_channel.unary_unary(UNARY_PATH)
         self.grpc_stream = self.grpc_channel.stream_stream(STREAM_PATH)
 
-    async def _h2(self) -> H2Connection:
-        if self.h2 is None or self.h2.closed:
-            if self.h2_connecting is None:
-                self.h2_connecting = self.loop.create_task(
+    async def _h2(self, group: int = 0) -> H2Connection:
+        """The HTTP/2 connection of a group of slots, (re)connected on first use."""
+        connection = self.h2.get(group)
+        if connection is None or connection.closed:
+            connecting = self.h2_connecting.get(group)
+            if connecting is None:
+                connecting = self.h2_connecting[group] = self.loop.create_task(
                     self.loop.create_connection(
                         lambda: H2Connection(self.loop), self.spec.host, self.spec.port
                     )
                 )
             try:
-                _, self.h2 = await self.h2_connecting
+                _, connection = await connecting
+                self.h2[group] = connection
             finally:
-                self.h2_connecting = None
-        return self.h2
+                self.h2_connecting.pop(group, None)
+        return connection
 
     async def _http_exchange(self, connection: HttpConnection, message: bytes) -> tuple[int, int, int, int]:
         """(start, end, send_ns, receive_ns) of one request; raises RequestFailed."""
@@ -754,7 +763,7 @@ class Worker:
             raise RequestFailed(_http_error(status, body))
         return start, end, sent - start, end - first
 
-    async def _grpc_exchange(self, message: bytes) -> tuple[int, int, int, int]:
+    async def _grpc_exchange(self, message: bytes, group: int = 0) -> tuple[int, int, int, int]:
         if self.spec.grpc_client == "grpcio":
             import grpc
 
@@ -766,7 +775,7 @@ class Worker:
             except grpc.aio.AioRpcError as exc:
                 raise RequestFailed(exc.details() or exc.code().name) from None
             return start, now_ns(), 0, 0
-        connection = await self._h2()
+        connection = await self._h2(group)
         start = now_ns()
         waiter = connection.unary(self.unary_block, message)
         sent = now_ns()
@@ -793,7 +802,9 @@ class Worker:
 
         return await self.loop.run_in_executor(None, call)
 
-    async def _stream_exchange(self, stream: Any, message: bytes) -> tuple[int, int, int, int]:
+    async def _stream_exchange(
+        self, stream: Any, message: bytes, connection: H2Connection | None
+    ) -> tuple[int, int, int, int]:
         start = now_ns()
         if self.spec.grpc_client == "grpcio":
             await stream.write(message)
@@ -801,8 +812,8 @@ class Worker:
             if not isinstance(response, bytes):
                 raise RequestFailed("the server ended the stream")
         else:
-            assert self.h2 is not None
-            response = await asyncio.wait_for(self.h2.stream_call(stream, message), self.spec.timeout_s)
+            assert connection is not None
+            response = await asyncio.wait_for(connection.stream_call(stream, message), self.spec.timeout_s)
         end = now_ns()
         error = _grpc_error(response)
         if error is not None:
@@ -825,6 +836,8 @@ class Worker:
         state = SequenceState() if spec.sequence_streams else None
         stream_call = None
         connection: HttpConnection | None = None
+        h2: H2Connection | None = None  # the connection of this slot's stream
+        group = (index + 1) // GRPC_SLOTS_PER_CONNECTION
         try:
             while index < self.target:
                 if state is not None:
@@ -841,10 +854,11 @@ class Worker:
                         if spec.grpc_client == "grpcio":
                             stream_call = self.grpc_stream(metadata=spec.grpc_metadata or None)
                         else:
-                            stream_call = (await self._h2()).open_stream(self.stream_block)
-                    timing = await self._stream_exchange(stream_call, message)
+                            h2 = await self._h2(group)
+                            stream_call = h2.open_stream(self.stream_block)
+                    timing = await self._stream_exchange(stream_call, message, h2)
                 else:
-                    timing = await self._grpc_exchange(message)
+                    timing = await self._grpc_exchange(message, group)
                 self._record(*timing, sequence_end)
         except RequestFailed as exc:
             self._error(str(exc))
@@ -858,8 +872,8 @@ class Worker:
             if stream_call is not None:
                 if spec.grpc_client == "grpcio":
                     stream_call.cancel()
-                elif self.h2 is not None:
-                    self.h2.close_stream(stream_call)
+                elif h2 is not None:
+                    h2.close_stream(stream_call)
 
     # open loop: request rate ----------------------------------------------------------------------
     def _set_rate(self, per_second: float, poisson: bool) -> None:
@@ -936,8 +950,9 @@ class Worker:
         self.loop.remove_reader(self.conn.fileno())
         if self.grpc_channel is not None:
             await self.grpc_channel.close()
-        if self.h2 is not None and self.h2.transport is not None:
-            self.h2.transport.close()
+        for h2 in self.h2.values():
+            if h2.transport is not None:
+                h2.transport.close()
         for connection in self.idle_http:
             if connection.transport is not None:
                 connection.transport.close()

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from server.app import Server, ServerSettings
@@ -182,6 +183,44 @@ def test_ctrl_c_stops_and_reports_what_was_measured(server: Server, tmp_path: Pa
     assert "  Client: \n    Request count: " in out
     assert "Inferences/Second vs. Client Average Batch Latency\nConcurrency: 1, throughput: " in out
     assert report.read_text().splitlines()[0] == PA_HEADER
+
+
+@pytest.mark.parametrize(("concurrency", "share", "expected"), [(4, None, 1), (8, None, 2), (3, "1", 3)])
+def test_grpc_load_shares_connections_as_perf_analyzer_does(
+    server: Server, concurrency: int, share: str | None, expected: int
+) -> None:
+    """perf_analyzer's gRPC clients share a connection six to one, its statistics client first (it
+    opens 1 connection at concurrency 4 and 2 at 6-8); TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT
+    changes the share. Counted at the socket level on the load generator process."""
+    tcli = Path(sys.executable).parent / "tcli"
+    command = [str(tcli), "perf", "-m", "add_sub", "-i", "grpc", "-u", f"localhost:{server.grpc_port}"]
+    command += ["--concurrency-range", str(concurrency), "-p", "300", "-s", "0.0001", "-r", "1000", "-v"]
+    env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb"}
+    env.pop("TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT", None)
+    if share is not None:
+        env["TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT"] = share
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    try:
+        for line in process.stdout:  # a window measured: every slot is sending
+            if line.startswith("  Pass [1]"):
+                break
+        workers = psutil.Process(process.pid).children(recursive=True)
+        assert workers, "tcli perf started no load generator process"
+        opened = {
+            (c.laddr.port, c.pid)
+            for c in psutil.net_connections(kind="tcp")
+            if c.raddr
+            and c.raddr.port == server.grpc_port
+            and c.status == psutil.CONN_ESTABLISHED
+            and c.pid in {w.pid for w in workers}
+        }
+        assert len(opened) == expected
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=60)
 
 
 def _free_port() -> int:
