@@ -62,6 +62,8 @@ class ProcessModel(RequestModel):
         self._spec = HostSpec.of(context, instance)
         self.name = self._spec.name
         self.version = self._spec.version
+        # one scope per instance: BLS (bls.py) tells the instances waiting on its requests apart by it
+        self._scope = pb_utils.ModelScope(self.name, self.version, self._spec.version_dir)
         self.instance = instance.name
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self._spec.config_json)
         self._inputs = InputArena()  # one batch at a time per instance: one arena for every process
@@ -306,7 +308,7 @@ class _Process:
 
     def _bls(self, call_id: int, request: pb_utils.InferenceRequest, decoupled: bool) -> None:
         """Run a BLS request of the model through this server's BLS hook, as in-thread models do."""
-        scope = pb_utils.ModelScope(self.owner.name, self.owner.version, self.owner._spec.version_dir)
+        scope = self.owner._scope
         try:
             with pb_utils.model_scope(scope):
                 result = request.exec(decoupled)
