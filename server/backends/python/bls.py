@@ -370,9 +370,11 @@ class BLSExecutor:
 # who is calling, and whom --------------------------------------------------------------------------
 def _calling_instance(service: InferenceService) -> _Caller | None:
     """The model instance whose execution makes this BLS request, when it holds that instance while it
-    waits: (its model version, the instance's id, how many instances the model has). None for
-    requests from a model's own threads, from a decoupled model's coroutine (its instance takes other
-    requests meanwhile) and from instances in their own processes (not told apart here)."""
+    waits: (its model version, the instance's id, how many instances the model has). Each instance has
+    a scope of its own (host.py, process_host.py), which tells them apart. None when the instance may
+    take other requests meanwhile, or may: a model's own threads (no scope there), a decoupled model
+    (its coroutines and threads answer while the instance runs on; only an in-thread instance's
+    execute() is known to hold it)."""
     scope = pb_utils.current_model_scope()
     if scope is None:
         return None
@@ -380,13 +382,16 @@ def _calling_instance(service: InferenceService) -> _Caller | None:
         model, entry = service.manager.resolve(scope.model_name, scope.model_version)
     except TritonError:
         return None
-    runner = entry.runner
-    instances = list(getattr(runner, "_instances", ()))
-    if not any(getattr(instance, "_scope", None) is scope for instance in instances):
+    instances = list(getattr(entry.runner, "_instances", ()))
+    caller = next((i for i in instances if getattr(i, "_scope", None) is scope), None)
+    if caller is None:
         return None
     config = model.config
-    if config is not None and config.model_transaction_policy.decoupled and _running_loop() is not None:
-        return None
+    if config is not None and config.model_transaction_policy.decoupled:
+        from server.backends.python.host import PythonModel
+
+        if not isinstance(caller, PythonModel) or _running_loop() is not None:
+            return None
     return (scope.model_name, scope.model_version), id(scope), len(instances)
 
 
