@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from benchmarks.observe import Observation, Watch
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = Path(os.environ.get("TRITON_REFERENCE_DIR", Path.home() / ".cache" / "triton-reference"))
@@ -195,19 +198,32 @@ class Measurement:
     p50_us: int
     p99_us: int
     responses: float | None = None  # responses/s, decoupled models
+    avg_us: int | None = None  # the tool's average latency (None when it reports a percentile)
+    observed: Observation | None = None  # from outside the tool, when it was watched
 
 
 def perf_analyzer(
-    load: Load, server: Server, windows: Windows, report: Path, cpus: Sequence[int] | None = None
+    load: Load,
+    server: Server,
+    windows: Windows,
+    report: Path,
+    cpus: Sequence[int] | None = None,
+    watch: bool = False,
 ) -> Measurement | None:
-    """Real perf_analyzer 2.51; None (its output on stderr) when it fails, e.g. cannot stabilise."""
-    return _measure([str(PERF_ANALYZER)], load, server, windows, report, cpus)
+    """Real perf_analyzer 2.51; None (its output on stderr) when it fails, e.g. cannot stabilise.
+    `watch`: also sample its CPU, the server's and the model's inference_count (benchmarks/observe.py)."""
+    return _measure([str(PERF_ANALYZER)], load, server, windows, report, cpus, watch)
 
 
 def tcli_perf(
-    load: Load, server: Server, windows: Windows, report: Path, cpus: Sequence[int] | None = None
+    load: Load,
+    server: Server,
+    windows: Windows,
+    report: Path,
+    cpus: Sequence[int] | None = None,
+    watch: bool = False,
 ) -> Measurement | None:
-    return _measure([str(TCLI), "perf"], load, server, windows, report, cpus)
+    return _measure([str(TCLI), "perf"], load, server, windows, report, cpus, watch)
 
 
 def _measure(
@@ -217,6 +233,7 @@ def _measure(
     windows: Windows,
     report: Path,
     cpus: Sequence[int] | None,
+    watch: bool = False,
 ) -> Measurement | None:
     command = [
         *tool,
@@ -239,17 +256,33 @@ def _measure(
         str(report),
     ]
     report.unlink(missing_ok=True)  # a stale report must not stand in for a failed run
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, preexec_fn=_pinned(cpus))
-    if done.returncode != 0 or not report.exists():
-        tail = (done.stdout[-800:] + done.stderr[-800:]).strip()
+    watcher = Watch(server.process.pid, server.url(f"/v2/models/{load.model}/stats")) if watch else None
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_pinned(cpus)
+    )
+    if watcher:
+        watcher.start(process.pid)
+    try:
+        stdout, stderr = process.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        process.kill()  # as subprocess.run would: no tool outlives its run
+        process.communicate()
+        raise
+    finally:
+        observed = watcher.stop() if watcher else None
+    if process.returncode != 0 or not report.exists():
+        tail = (stdout[-800:] + stderr[-800:]).strip()
         log(f"{Path(tool[0]).name} {' '.join(tool[1:])} failed on {load.model} c={load.concurrency}: {tail}")
         return None
     with report.open() as handle:
         row = next(csv.DictReader(handle))
     responses = row.get("Response Throughput")
+    average = re.search(r"Avg latency: (\d+) usec", stdout)
     return Measurement(
         float(row["Inferences/Second"]),
         int(row["p50 latency"]),
         int(row["p99 latency"]),
         float(responses) if responses else None,
+        int(average.group(1)) if average else None,
+        observed,
     )
