@@ -16,7 +16,8 @@ parameters steer it:
 
 Outputs: OUTPUT0/OUTPUT1 as the called model answered them (zeros when it failed); ERROR, the BLS
 error text ("" when none; "raised: ..." when exec() raised instead of answering with an error; a
-nested BLS model's ERROR is passed on); COUNT, how many responses the BLS request gave.
+nested BLS model's ERROR is passed on); CODE, that error's code name; COUNT, how many responses the
+BLS request gave.
 """
 
 from __future__ import annotations
@@ -78,11 +79,11 @@ def bls_request(request):
 
 def answer(result, stream):
     """This model's response to what the BLS request gave (a response, or a stream of them)."""
-    out0, out1, error, values, count = np.zeros(4, np.float32), np.zeros(4, np.float32), "", [], 0
+    out0, out1, error, code, values, count = np.zeros(4, np.float32), np.zeros(4, np.float32), "", "", [], 0
     for response in result if stream else [result]:
         count += 1
         if response.has_error():
-            error = response.error().message()
+            error, code = response.error().message(), response.error().code().name
             break
         tensors = {t.name(): t.as_numpy() for t in response.output_tensors()}
         if "OUT" in tensors:
@@ -95,16 +96,17 @@ def answer(result, stream):
                 error = tensors["ERROR"].reshape(-1)[0].decode()
     if values:
         out0[0], out0[1] = len(values), sum(values)
-    return respond(out0, out1, error, count)
+    return respond(out0, out1, error, count, code)
 
 
-def respond(out0, out1, error, count=0):
+def respond(out0, out1, error, count=0, code=""):
     return pb_utils.InferenceResponse(
         output_tensors=[
             pb_utils.Tensor("OUTPUT0", out0),
             pb_utils.Tensor("OUTPUT1", out1),
             pb_utils.Tensor("ERROR", np.array([error.encode()], dtype=np.object_)),
             pb_utils.Tensor("COUNT", np.array([count], dtype=np.int32)),
+            pb_utils.Tensor("CODE", np.array([code.encode()], dtype=np.object_)),
         ]
     )
 '''
@@ -171,7 +173,8 @@ output [
   { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
   { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] },
   { name: "ERROR" data_type: TYPE_STRING dims: [ 1 ] },
-  { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] }
+  { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "CODE" data_type: TYPE_STRING dims: [ 1 ] }
 ]
 """
 _PLAIN_OUTPUTS = """

@@ -25,11 +25,12 @@ X1 = np.array([10, 20, 30, 40], np.float32)
 SUM, DIFFERENCE = (X0 + X1).tolist(), (X0 - X1).tolist()
 MODELS = ["bls", "bls_async"]  # execute() with exec(), and async execute() with await async_exec()
 EXAMPLES = ("repeat_int32", "simple_sequence")
+ANSWER = {"out0": SUM, "out1": DIFFERENCE, "error": "", "count": 1, "code": ""}  # add_sub's
 DEADLOCK = "would wait forever: every instance of it is waiting on a BLS request that needs this one"
 
 
 def ask(client: Any, model: str, **parameters: Any) -> dict[str, Any]:
-    """One request to a BLS model: what its BLS request answered (OUTPUT0/1, ERROR, COUNT)."""
+    """One request to a BLS model: what its BLS request answered (OUTPUT0/1, ERROR, COUNT, CODE)."""
     module = grpcclient if isinstance(client, grpcclient.InferenceServerClient) else httpclient
     inputs = []
     for name, data in (("INPUT0", X0), ("INPUT1", X1)):
@@ -42,6 +43,7 @@ def ask(client: Any, model: str, **parameters: Any) -> dict[str, Any]:
         "out1": result.as_numpy("OUTPUT1").tolist(),
         "error": result.as_numpy("ERROR")[0].decode(),
         "count": int(result.as_numpy("COUNT")[0]),
+        "code": result.as_numpy("CODE")[0].decode(),
     }
 
 
@@ -72,7 +74,7 @@ def test_bls_answers_with_the_called_models_outputs(
     http: httpclient.InferenceServerClient, model: str
 ) -> None:
     answer = ask(http, model)
-    assert answer == {"out0": SUM, "out1": DIFFERENCE, "error": "", "count": 1}
+    assert answer == ANSWER
     assert ask(http, model, version=1)["out0"] == SUM  # an explicit version, as well as -1 (the latest)
 
 
@@ -82,7 +84,7 @@ def test_bls_over_grpc(tmp_path: Path) -> None:
     try:
         client = grpcclient.InferenceServerClient(running.url)
         for model in MODELS:
-            assert ask(client, model) == {"out0": SUM, "out1": DIFFERENCE, "error": "", "count": 1}
+            assert ask(client, model) == ANSWER
             assert ask(client, model, mode="bad_input")["error"].endswith(
                 "unexpected inference input 'WRONG' for model 'add_sub'"
             )
@@ -96,7 +98,7 @@ def test_decoupled_bls_streams_every_response(http: httpclient.InferenceServerCl
     answer = ask(http, model, chain="repeat_int32", mode="stream")
     assert (answer["out0"][:2], answer["count"], answer["error"]) == ([4, 10], 5, "")
     # decoupled=True on a model that is not decoupled: its one response
-    assert ask(http, model, mode="stream_plain") == {"out0": SUM, "out1": DIFFERENCE, "error": "", "count": 1}
+    assert ask(http, model, mode="stream_plain") == ANSWER
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -158,7 +160,7 @@ def test_bls_errors_read_as_in_triton(http: httpclient.InferenceServerClient, mo
     }
     for case, (parameters, expected) in cases.items():
         answer = ask(http, model, **parameters)
-        assert (answer["error"], answer["out0"]) == (expected, [0.0] * 4), case
+        assert (answer["error"], answer["code"], answer["out0"]) == (expected, "INTERNAL", [0.0] * 4), case
     # the called model's own failure comes back as that model reports it, without the prefix
     failed = ask(http, model, chain="fails")["error"]
     assert failed.startswith("Failed to process the request(s) for model 'fails")
@@ -169,6 +171,8 @@ def test_bls_errors_read_as_in_triton(http: httpclient.InferenceServerClient, mo
 def test_nested_bls_to_another_bls_model(http: httpclient.InferenceServerClient) -> None:
     assert ask(http, "bls", chain="bls_async,add_sub")["out0"] == SUM
     assert ask(http, "bls_async", chain="bls,add_sub")["out0"] == SUM
+    # a cycle through both (one instance each): bls waits on bls_async, which would wait on bls
+    assert DEADLOCK in ask(http, "bls", chain="bls_async,bls,add_sub")["error"]
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -178,7 +182,8 @@ def test_bls_to_itself_with_no_free_instance_fails_instead_of_hanging(
     # one instance, busy with the request that makes the call: Triton waits forever, tcli answers
     answer = ask(http, model, chain=f"{model},add_sub")
     assert DEADLOCK in answer["error"] and f"instance_group count of '{model}'" in answer["error"]
-    assert ask(http, model) == {"out0": SUM, "out1": DIFFERENCE, "error": "", "count": 1}  # and serves on
+    assert answer["code"] == "UNAVAILABLE"
+    assert ask(http, model) == ANSWER  # and serves on
 
 
 def test_bls_waits_for_busy_instances(server: RunningServer) -> None:
@@ -191,7 +196,7 @@ def test_bls_waits_for_busy_instances(server: RunningServer) -> None:
 
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(one, range(24)))
-    assert all(a == {"out0": SUM, "out1": DIFFERENCE, "error": "", "count": 1} for a in answers)
+    assert all(a == ANSWER for a in answers)
 
 
 def test_statistics_count_bls_requests(http: httpclient.InferenceServerClient) -> None:
@@ -216,7 +221,7 @@ def test_bls_from_instances_in_their_own_processes(tmp_path: Path) -> None:
             assert all(isinstance(i, ProcessModel) for i in runner._instances)  # type: ignore[union-attr]
         client = httpclient.InferenceServerClient(running.url, network_timeout=60)
         for model in MODELS:
-            assert ask(client, model) == {"out0": SUM, "out1": DIFFERENCE, "error": "", "count": 1}
+            assert ask(client, model) == ANSWER
             stream = ask(client, model, chain="repeat_int32", mode="stream")
             assert (stream["out0"][:2], stream["count"]) == ([4, 10], 5)
             assert "is not ready" in ask(client, model, chain="no_such_model")["error"]
