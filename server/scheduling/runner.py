@@ -11,13 +11,15 @@ Cheap python models skip the hand-off: `run_inline` executes a request on the ca
 event loop) when the model's executions have recently been short, the queue is empty and an instance
 is free. Handing a request to a worker thread and back costs more than add_sub's whole execute(),
 because each side waits for the GIL the other holds (benchmarks/NOTES.md). A model that turns slow
-goes back to its worker threads, so it cannot stall the loop for long."""
+goes back to its worker threads, so it cannot stall the loop for long. Python instances in processes
+of their own take the event loop's requests without a thread at all (`dispatch.LoopDispatcher`)."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,6 +29,7 @@ from server.config.validate import enum_name
 from server.protocol import datatypes
 from server.protocol.errors import TritonError, internal
 from server.protocol.types import InferenceResponse, Tensor
+from server.scheduling.dispatch import LoopDispatcher, can_dispatch
 from server.scheduling.sequence import NullItem
 from server.scheduling.work import Completion, DefaultScheduler, ResponseStream, Scheduler, WorkItem
 
@@ -94,6 +97,7 @@ class ModelRunner:
         # instances that may run on the caller's thread, and the average execution time that decides it;
         # it starts above the budget so a model's first executions (often its slowest) go to threads
         self._inline: list[tuple[RequestModel, threading.Lock]] = []
+        self._dispatcher: LoopDispatcher | None = None  # instances the event loop hands requests to
         self._execute_ema_ns = 2 * INLINE_BUDGET_NS
         self._output_types = {
             o.name: datatypes.config_to_wire(enum_name(o, "data_type")) for o in context.config.output
@@ -124,6 +128,10 @@ class ModelRunner:
                 for instance, lock in zip(self._instances, self._busy, strict=True)
                 if isinstance(instance, RequestModel) and getattr(instance, "inline_ok", False)
             ]
+            if can_dispatch(self._instances):
+                dispatcher = LoopDispatcher(self, self._instances, self._busy)  # type: ignore[arg-type]
+                self._dispatcher = dispatcher
+                self.scheduler.elsewhere = lambda: len(dispatcher.waiting)
         for index, instance in enumerate(self._instances):
             thread = threading.Thread(
                 target=self._work,
@@ -140,13 +148,16 @@ class ModelRunner:
         self.scheduler.close()
         for thread in self._threads:
             thread.join(timeout)
-        self._unload_instances()
+        out = [] if self._dispatcher is None else self._dispatcher.settle_before_unload(timeout)
+        self._unload_instances(out)
 
-    def _unload_instances(self) -> None:
+    def _unload_instances(self, out: list[int] | None = None) -> None:
+        """`out`: instances whose batch a stopped event loop will never complete (not waited for)."""
         self._inline = []
         for index, instance in enumerate(self._instances):
             # an inline execution on the event loop may still hold the instance: let it finish
-            busy = self._busy[index] if index < len(self._busy) else contextlib.nullcontext()
+            held = index < len(self._busy) and index not in (out or ())
+            busy = self._busy[index] if held else contextlib.nullcontext()
             # a model's own cleanup failing must not stop the others unloading
             with busy, contextlib.suppress(Exception):
                 instance.unload()
@@ -168,6 +179,8 @@ class ModelRunner:
         """Execute `request` on this thread when that is cheaper than queueing it (see the module
         docstring); False, having done nothing, when it must be submitted instead. `complete` is
         called as with `submit`, usually before this returns."""
+        if self._dispatcher is not None:
+            return not self._closed and self._dispatcher.offer(request, complete)
         if self._execute_ema_ns > INLINE_BUDGET_NS or self._closed or self.scheduler.pending():
             return False
         for instance, busy in self._inline:
@@ -182,15 +195,20 @@ class ModelRunner:
 
     def _work(self, instance: TensorModel | RequestModel, index: int) -> None:
         busy = self._busy[index]
+        dispatcher = self._dispatcher
         while True:
             batch = self.scheduler.next_batch(index)
             if batch is None:
                 return
+            if dispatcher is not None and dispatcher.forward(batch):
+                continue  # the event loop runs it
             with busy:
                 if isinstance(instance, TensorModel):
                     self._run_tensor_batch(instance, batch)
                 else:
                     self._run_request_batch(instance, batch)
+            if dispatcher is not None:
+                dispatcher.wake()
 
     def _run_tensor_batch(self, model: TensorModel, batch: list[WorkItem]) -> None:
         start = time.monotonic_ns()
@@ -221,18 +239,16 @@ class ModelRunner:
                 self._response(item.request, out) for item, out in zip(batch, per_request, strict=True)
             ]
         except TritonError as error:
-            self._fail(batch, error)
+            self.fail(batch, error)
             return
         except Exception as exc:  # an unexpected failure fails this batch, never the worker
-            self._fail(batch, internal(f"{type(exc).__name__}: {exc}"))
+            self.fail(batch, internal(f"{type(exc).__name__}: {exc}"))
             return
         end = time.monotonic_ns()
         self._succeed(batch, responses, start, infer_start, infer_end, end)
 
     def _run_request_batch(self, model: RequestModel, batch: list[WorkItem]) -> None:
-        start = time.monotonic_ns()
-        for item in batch:
-            item.started_ns = start
+        start, channels = self.begin(batch)
         try:
             execute_channels = getattr(model, "execute_channels", None)
             if execute_channels is None:
@@ -240,15 +256,28 @@ class ModelRunner:
                     model.execute([item.request for item in batch])
                 )
             else:
-                results = execute_channels(
-                    [item.request for item in batch], [_Channel(item) for item in batch]
-                )
+                results = execute_channels([item.request for item in batch], channels)
         except TritonError as error:
-            self._fail(batch, error)
+            self.fail(batch, error)
             return
         except Exception as exc:  # the model's own bug fails this batch, never the worker
-            self._fail(batch, internal(f"{type(exc).__name__}: {exc}"))
+            self.fail(batch, internal(f"{type(exc).__name__}: {exc}"))
             return
+        self.settle(batch, results, start)
+
+    # a request model's batch in two halves, for who starts it and who gets its results (dispatch.py)
+    def begin(self, batch: list[WorkItem]) -> tuple[int, list[_Channel]]:
+        """Mark the batch started: its start time, and a response channel per request."""
+        start = time.monotonic_ns()
+        for item in batch:
+            item.started_ns = start
+        return start, [_Channel(item) for item in batch]
+
+    def settle(
+        self, batch: list[WorkItem], results: Sequence[InferenceResponse | TritonError | None], start: int
+    ) -> None:
+        """Record the execution and complete each request its result answers (None: it answers, or
+        answered, through its response sender)."""
         end = time.monotonic_ns()
         if self._inline:
             self._execute_ema_ns += int(_EMA_WEIGHT * (end - start - self._execute_ema_ns))
@@ -263,8 +292,14 @@ class ModelRunner:
                 self.stats.record_success(
                     item.rows, end - item.enqueued_ns, start - item.enqueued_ns, 0, end - start, 0
                 )
-                if result is not None:  # None: it answers through its response sender
+                if result is not None:
                     item.complete(result)
+
+    def run_batch(self, index: int, batch: list[WorkItem]) -> None:
+        """Run a request batch on instance `index` on this thread (its busy lock is the caller's)."""
+        instance = self._instances[index]
+        assert isinstance(instance, RequestModel)
+        self._run_request_batch(instance, batch)
 
     def _succeed(
         self,
@@ -285,7 +320,7 @@ class ModelRunner:
             )
             item.complete(response)
 
-    def _fail(self, batch: list[WorkItem], error: TritonError) -> None:
+    def fail(self, batch: list[WorkItem], error: TritonError) -> None:
         end = time.monotonic_ns()
         # Triton counts an execution that failed in the backend as an execution too
         started = batch[0].started_ns

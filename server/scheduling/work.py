@@ -95,6 +95,8 @@ class DefaultScheduler(Scheduler):
         self._queue: deque[WorkItem] = deque()
         self._ready = threading.Condition()
         self._closed = False
+        # requests the runner queues outside (its event loop's, see dispatch.py): they count as pending
+        self.elsewhere: Callable[[], int] | None = None
 
     def enqueue(self, item: WorkItem) -> None:
         with self._ready:
@@ -115,4 +117,4 @@ class DefaultScheduler(Scheduler):
             self._ready.notify_all()
 
     def pending(self) -> int:
-        return len(self._queue)
+        return len(self._queue) + (0 if self.elsewhere is None else self.elsewhere())

@@ -2,16 +2,23 @@
 model run in parallel instead of taking turns on one GIL, as Triton's python backend runs every
 instance in a stub process.
 
-To the runner it is a RequestModel like the in-thread `PythonModel`: its worker thread calls
-execute_channels(), which hands the batch to the instance process and waits (without the GIL) for
-the result. The instance process (`process_worker`, started with multiprocessing's "spawn": the
-server has event-loop and gRPC threads, which a fork would copy in a broken state) imports model.py
-with our pb_utils, runs initialize() with the same args as in-thread, execute() per batch and
-finalize() at unload. Tensors go both ways through shared memory (`shm`); the pipe carries small
-tuples. A reader thread per process takes everything the process sends: the batch's results, the
-responses its response senders send (passed on to the request's channel as they come, so decoupled
-models stream), log records, and calls (a BLS request, run here by the server's BLS hook; a
-sender's is_cancelled(); a larger output ring).
+To the runner it is a RequestModel like the in-thread `PythonModel`, with two ways in: a worker
+thread calls execute_channels(), which hands the batch to the instance process and waits (without
+the GIL) for the result; or the event loop calls start_batch(), which hands the batch over and
+returns, its callback getting the results later on the loop (`server.scheduling.dispatch`: no
+thread between the front end and the process, each of which would cost a GIL switch per request).
+The instance process (`process_worker`, started with multiprocessing's "spawn": the server has
+event-loop and gRPC threads, which a fork would copy in a broken state) imports model.py with our
+pb_utils, runs initialize() with the same args as in-thread, execute() per batch and finalize() at
+unload. Tensors go both ways through shared memory (`shm`); the pipes carry small tuples.
+
+Everything the process sends comes through one pipe, in order (the output ring is read in that
+order): the batch's results, the responses its response senders send (passed on to the request's
+channel as they come, so decoupled models stream), log records, and calls (a BLS request, run here
+by the server's BLS hook; a sender's is_cancelled(); a larger output ring), answered over a second
+pipe. A reader thread reads that pipe until the first start_batch() from an event loop; then the
+loop reads it (`loop.add_reader`), and the thread ends (a "handover" message, echoed by the process,
+marks the point so that no message is read twice or lost).
 
 When the process dies (a crash, os._exit in the model), the requests in flight fail with one line
 naming the model and instance, and the next batch starts a new process (initialize() again).
@@ -19,6 +26,7 @@ naming the model and instance, and the next batch starts a new process (initiali
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -28,7 +36,7 @@ import queue
 import sys
 import threading
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +59,7 @@ _STOP_SECONDS = 30.0
 _PROTOCOL = pickle.HIGHEST_PROTOCOL  # finalize() gets this long before the process is terminated
 
 Result = InferenceResponse | TritonError | None
+Done = Callable[[list[Result]], None]
 
 
 class ProcessModel(RequestModel):
@@ -91,6 +100,24 @@ class ProcessModel(RequestModel):
 
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse | TritonError]:
         return answered(self.name, self.execute_channels(requests, None))
+
+    def start_batch(
+        self,
+        requests: list[InferenceRequest],
+        channels: Sequence[ResponseChannel] | None,
+        done: Done,
+        loop: asyncio.AbstractEventLoop,
+    ) -> bool:
+        """Hand the batch to the instance process and return; `done(results)` follows once, as
+        execute_channels() would return them, on `loop` (its thread reads the process from then
+        on). False, having done nothing, when the process is not running: execute_channels() starts
+        a new one (which takes a while: not on the loop)."""
+        process = self._process
+        if process is None or process.dead:
+            return False
+        process.attach(loop)
+        process.start(next(self._batch_ids), requests, channels, self._inputs, done)
+        return True
 
     def execute_channels(
         self, requests: list[InferenceRequest], channels: Sequence[ResponseChannel] | None
@@ -134,12 +161,12 @@ def _main_hidden() -> Iterator[None]:
 
 
 class _Batch:
-    __slots__ = ("results", "senders", "size")
+    __slots__ = ("done", "senders", "size")
 
-    def __init__(self, size: int, senders: bool) -> None:
+    def __init__(self, size: int, senders: bool, done: Done) -> None:
         self.size = size
         self.senders = senders
-        self.results: queue.SimpleQueue[list[Result]] = queue.SimpleQueue()  # the one answer
+        self.done = done  # called once, from the thread that reads the process
 
 
 class _Process:
@@ -150,23 +177,31 @@ class _Process:
         self.dead = False
         self._stopping = False
         self._lock = threading.Lock()  # the tables below, and `dead`
-        self._send_lock = threading.Lock()
+        self._send_lock = threading.Lock()  # the batch pipe
+        self._answer_lock = threading.Lock()  # the answer pipe
         self._batches: dict[int, _Batch] = {}
         self._channels: dict[tuple[int, int], ResponseChannel] = {}  # senders still open
         self._bls_streams: dict[int, pb_utils.ResponseIterator] = {}
         self._ready: Future[str | None] = Future()
+        self._gone = threading.Event()  # set once _ended() has answered for everything in flight
+        # who reads the process: the reader thread, then (after the handover) `_loop`
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._handed_over = False
+        self._on_loop = False  # registered with the loop's reader callbacks
+        self._eof = False
         self.ring = RingReader()
         from server.backends.python import process_worker
 
         context = multiprocessing.get_context("spawn")
         self._conn, child_conn = context.Pipe()
+        child_answers, self._answers = context.Pipe(duplex=False)
         levels = {
             "": logging.getLogger().getEffectiveLevel(),
             "tcli.python_model": logging.getLogger("tcli.python_model").getEffectiveLevel(),
         }
         self._process: BaseProcess = context.Process(
             target=process_worker.main,
-            args=(child_conn, owner._spec, self.ring.segment_name, levels),
+            args=(child_conn, child_answers, owner._spec, self.ring.segment_name, levels),
             name=f"tcli-python-{owner.instance}",
             daemon=True,  # gone with the server, even when it exits without unloading
         )
@@ -175,28 +210,37 @@ class _Process:
                 self._process.start()
         except BaseException:
             self.ring.close()
-            self._conn.close()
-            child_conn.close()
+            for conn in (self._conn, self._answers, child_conn, child_answers):
+                conn.close()
             raise
         child_conn.close()
+        child_answers.close()
         self.pid = self._process.pid
-        self._reader = threading.Thread(
-            target=self._read, name=f"{owner.name}_{owner.version}_{owner.instance}_pipe", daemon=True
-        )
-        self._reader.start()
+        self._reader = self._start_reader()
         error = self._ready.result()
         if error is not None:
             self.stop()
             raise TritonError(ErrorCode.INTERNAL, error)
 
-    # the worker thread's side ------------------------------------------------------------------------
-    def run(
+    def _start_reader(self) -> threading.Thread:
+        owner = self.owner
+        reader = threading.Thread(
+            target=self._read, name=f"{owner.name}_{owner.version}_{owner.instance}_pipe", daemon=True
+        )
+        reader.start()
+        return reader
+
+    # the side that hands batches over ----------------------------------------------------------------
+    def start(
         self,
         batch_id: int,
         requests: list[InferenceRequest],
         channels: Sequence[ResponseChannel] | None,
         arena: InputArena,
-    ) -> list[Result]:
+        done: Done,
+    ) -> None:
+        """Send one batch (the instance's only one: the arena holds its inputs until the process has
+        read them); `done` gets its results."""
         arena_name, metas = arena.write([t for r in requests for t in r.inputs])
         described = []
         for request in requests:
@@ -207,24 +251,51 @@ class _Process:
             metas = metas[count:]
         # pickled first: a value pickle refuses fails the batch before anything waits on it
         message = pickle.dumps(("exec", batch_id, arena_name, described, channels is not None), _PROTOCOL)
-        batch = _Batch(len(requests), channels is not None)
         with self._lock:
-            if self.dead:
-                return [self._died()] * len(requests)
-            self._batches[batch_id] = batch
-            for index, channel in enumerate(channels or ()):
-                self._channels[batch_id, index] = channel
-        with contextlib.suppress(OSError), self._send_lock:  # it just died: the reader answers for it
+            dead = self.dead
+            if not dead:
+                self._batches[batch_id] = _Batch(len(requests), channels is not None, done)
+                for index, channel in enumerate(channels or ()):
+                    self._channels[batch_id, index] = channel
+        if dead:
+            done([self._died()] * len(requests))
+            return
+        with contextlib.suppress(OSError), self._send_lock:  # it just died: _ended() answers for it
             self._conn.send_bytes(message)
-        return batch.results.get()
+
+    def run(
+        self,
+        batch_id: int,
+        requests: list[InferenceRequest],
+        channels: Sequence[ResponseChannel] | None,
+        arena: InputArena,
+    ) -> list[Result]:
+        """start() and wait for the results (a worker thread's way)."""
+        results: queue.SimpleQueue[list[Result]] = queue.SimpleQueue()
+        self.start(batch_id, requests, channels, arena, results.put)
+        return results.get()
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Have `loop` read the process from now on (called on the loop's thread; the first loop to
+        ask keeps it)."""
+        if self._loop is not None or self._stopping:
+            return
+        self._loop = loop
+        with contextlib.suppress(OSError), self._answer_lock:  # it died: the reader thread goes on
+            self._answers.send_bytes(pickle.dumps(("handover",), _PROTOCOL))
 
     def stop(self) -> None:
         """Ask the process to finalize and exit; terminate it when it does not in time."""
         self._stopping = True
-        with contextlib.suppress(OSError):  # already gone
-            self._send(("stop",))
-        self._reader.join(_STOP_SECONDS)
-        if self._process.is_alive():
+        with contextlib.suppress(OSError), self._send_lock:  # already gone
+            self._conn.send_bytes(pickle.dumps(("stop",), _PROTOCOL))
+        self._reader.join(_STOP_SECONDS)  # the end, or the handover to a loop
+        if self._handed_over and not self._eof:
+            # the loop may be stopped by now (server shutdown): read the rest on a thread again
+            self._take_back()
+            if not self._eof:
+                self._reader = self._start_reader()
+        if not self._gone.wait(_STOP_SECONDS) and self._process.is_alive():
             _LOG.warning(
                 "python model '%s' instance '%s': finalize() did not end in %.0f s; terminating its process",
                 self.owner.name,
@@ -235,34 +306,90 @@ class _Process:
             self._process.join(5)
             if self._process.is_alive():
                 self._process.kill()
-        self._reader.join(10)
+        self._gone.wait(10)
         self.close()
 
     def close(self) -> None:
         self._process.join(5)
         self.ring.close()
         self._conn.close()
-
-    def _send(self, message: tuple[Any, ...]) -> None:
-        with self._send_lock:
-            self._conn.send_bytes(pickle.dumps(message, _PROTOCOL))
+        self._answers.close()
 
     def _answer(self, call_id: int, error: str | None, value: Any, more: bool = False) -> None:
-        with contextlib.suppress(OSError):  # the process is gone; the reader handles its end
-            self._send(("answer", call_id, error, value, more))
+        message = pickle.dumps(("answer", call_id, error, value, more), _PROTOCOL)
+        with contextlib.suppress(OSError), self._answer_lock:  # the process is gone: _ended() follows
+            self._answers.send_bytes(message)
 
-    # the reader thread -------------------------------------------------------------------------------
+    # reading the process -----------------------------------------------------------------------------
     def _read(self) -> None:
+        """The reader thread: every message until the end, or until the handover to the loop."""
         while True:
             try:
                 message = pickle.loads(self._conn.recv_bytes())
             except (EOFError, OSError):
                 break
-            try:
-                self._handle(message)
-            except Exception:  # a bug of ours must not stop the instance answering
-                _LOG.exception("python model '%s' instance '%s'", self.owner.name, self.owner.instance)
+            if message[0] == "handover" and self._loop is not None:
+                try:
+                    self._loop.call_soon_threadsafe(self._read_on_loop)
+                except RuntimeError:  # that loop is closed: go on reading here
+                    continue
+                self._handed_over = True
+                return
+            self._handle_safely(message)
+        self._eof = True
         self._ended()
+
+    def _read_on_loop(self) -> None:
+        if self._eof or self._stopping:  # stop() reads the rest itself
+            return
+        assert self._loop is not None
+        self._loop.add_reader(self._conn.fileno(), self._readable)
+        self._on_loop = True
+
+    def _readable(self) -> None:
+        """The loop's reader callback: one message (the loop calls again while there are more)."""
+        try:
+            data = self._conn.recv_bytes()
+        except (EOFError, OSError):
+            self._off_loop()
+            self._eof = True
+            # waiting for the process's exit code must not hold up the loop
+            threading.Thread(target=self._ended, name=f"{self.owner.name}_ended", daemon=True).start()
+            return
+        self._handle_safely(pickle.loads(data))
+
+    def _off_loop(self) -> None:
+        if self._on_loop:
+            assert self._loop is not None
+            self._loop.remove_reader(self._conn.fileno())
+            self._on_loop = False
+
+    def _take_back(self) -> None:
+        """Stop the loop reading the process (stop() reads the rest): at once on the loop's own
+        thread, when it runs; a stopped loop reads nothing anyway."""
+        loop = self._loop
+        assert loop is not None
+        detached = threading.Event()
+
+        def detach() -> None:
+            self._off_loop()
+            detached.set()
+
+        try:
+            loop.call_soon_threadsafe(detach)
+        except RuntimeError:  # closed: it reads nothing
+            return
+        while not detached.wait(0.05):
+            if not loop.is_running():  # it will not run detach(): unregister before the pipe closes
+                with contextlib.suppress(Exception):
+                    self._off_loop()
+                return
+
+    def _handle_safely(self, message: tuple[Any, ...]) -> None:
+        try:
+            self._handle(message)
+        except Exception:  # a bug of ours must not stop the instance answering
+            _LOG.exception("python model '%s' instance '%s'", self.owner.name, self.owner.instance)
 
     def _handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
@@ -274,7 +401,7 @@ class _Process:
                 for index, result in enumerate(results):
                     if result is not None:  # answered: its sender is closed
                         self._channels.pop((batch_id, index), None)
-            batch.results.put(results)
+            batch.done(results)
         elif kind == "send":
             _, batch_id, index, final, encoded, end = message
             result = self._decode(encoded, end)[0]
@@ -370,15 +497,18 @@ class _Process:
                 f"python model '{self.owner.name}' instance '{self.owner.instance}': its process exited "
                 f"while starting (exit code {self._process.exitcode})"
             )
-        if self._ready.result() is not None:  # it never served: the load reports why
-            return
-        if not self._stopping:
-            _LOG.warning("%s", error.message)
-        for batch_id, batch in batches.items():
-            results: list[Result] = []
-            for index in range(batch.size):
-                still_open = channels.pop((batch_id, index), None) is not None
-                results.append(error if still_open or not batch.senders else None)
-            batch.results.put(results)
-        for channel in channels.values():  # responses still streaming from an earlier batch
-            channel.send(error, True)
+        try:
+            if self._ready.result() is not None:  # it never served: the load reports why
+                return
+            if not self._stopping:
+                _LOG.warning("%s", error.message)
+            for batch_id, batch in batches.items():
+                results: list[Result] = []
+                for index in range(batch.size):
+                    still_open = channels.pop((batch_id, index), None) is not None
+                    results.append(error if still_open or not batch.senders else None)
+                batch.done(results)
+            for channel in channels.values():  # responses still streaming from an earlier batch
+                channel.send(error, True)
+        finally:
+            self._gone.set()

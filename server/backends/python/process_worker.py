@@ -1,15 +1,16 @@
 """The instance process of a python model (see `process_host`): hosts one `PythonModel` and serves the
-server's pipe.
+server's pipes.
 
-Two threads: the main thread only reads the pipe (batches to run, answers to the calls below), so a
-model thread waiting on the server never blocks the pipe; the executor thread imports the model,
-runs initialize(), then execute() batch after batch, and finalize() at the end. Every response the
-model sends goes back as soon as it is sent, its tensors through the output ring.
+The main thread imports the model, runs initialize(), then reads its batches from the server's pipe
+and runs execute() on each itself (no hand-off to another thread on the way: each costs a GIL
+switch), and finalize() at the end. Answers to what the model asks of the server come over a second
+pipe, read by a helper thread, so a model thread waiting on the server (its execute() included)
+never waits on the batch pipe. Every response the model sends goes back as soon as it is sent, its
+tensors through the output ring.
 
-What the model asks of the server goes as a call over the pipe and waits for the answer: a BLS
-request (run by the server's BLS hook, a decoupled one answering as a stream), a response sender's
-is_cancelled(), and a larger output ring. Log records (pb_utils.Logger and Python logging) are
-re-emitted by the server.
+What the model asks of the server goes as a call and waits for the answer: a BLS request (run by the
+server's BLS hook, a decoupled one answering as a stream), a response sender's is_cancelled(), and a
+larger output ring. Log records (pb_utils.Logger and Python logging) are re-emitted by the server.
 
 Imports only what hosting the model needs (no server, no protobuf): start-up stays short.
 """
@@ -42,10 +43,13 @@ _PROTOCOL = pickle.HIGHEST_PROTOCOL
 ResultMeta = tuple[str, Any, Any] | None
 
 
-def main(conn: Connection, spec: HostSpec, ring_name: str, log_levels: dict[str, int]) -> None:
-    """The process entry point (a `multiprocessing` target)."""
+def main(
+    conn: Connection, answers: Connection, spec: HostSpec, ring_name: str, log_levels: dict[str, int]
+) -> None:
+    """The process entry point (a `multiprocessing` target): `conn` carries batches in and everything
+    the process says out; `answers` carries the server's answers to its calls."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the server stops us
-    _Worker(conn, spec, ring_name, log_levels).run()
+    _Worker(conn, answers, spec, ring_name, log_levels).run()
 
 
 class _Call:
@@ -58,15 +62,22 @@ class _Call:
 
 
 class _Worker:
-    def __init__(self, conn: Connection, spec: HostSpec, ring_name: str, log_levels: dict[str, int]) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        answers: Connection,
+        spec: HostSpec,
+        ring_name: str,
+        log_levels: dict[str, int],
+    ) -> None:
         self._conn = conn
+        self._answers = answers
         self._spec = spec
         # one lock orders every message out, and the ring space they take (RLock: a message that
         # needs a larger ring asks for it while holding the lock)
         self._lock = threading.RLock()
         self._calls: dict[int, _Call] = {}
         self._call_ids = itertools.count(1)
-        self._batches: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._arena = ArenaView()
         self._ring = RingWriter(ring_name, lambda needed: self.call("grow", needed))
         self._install_logging(log_levels)
@@ -96,24 +107,7 @@ class _Worker:
         return call_id, call
 
     def run(self) -> None:
-        threading.Thread(target=self._execute_loop, name="execute", daemon=True).start()
-        while True:
-            try:
-                message = pickle.loads(self._conn.recv_bytes())
-            except (EOFError, OSError):  # the server is gone: nothing left to answer to
-                os._exit(0)
-            kind = message[0]
-            if kind == "exec":
-                self._batches.put(message[1:])
-            elif kind == "answer":
-                call = self._calls.get(message[1])
-                if call is not None:
-                    call.answers.put(message[2:])
-            elif kind == "stop":
-                self._batches.put(None)
-
-    # the model ---------------------------------------------------------------------------------------
-    def _execute_loop(self) -> None:
+        threading.Thread(target=self._read_answers, name="answers", daemon=True).start()
         try:
             model = PythonModel(self._spec)
         except TritonError as error:
@@ -124,10 +118,11 @@ class _Worker:
             _exit()
         self.send(("ready", None))
         while True:
-            batch = self._batches.get()
-            if batch is None:
+            message = _receive(self._conn)
+            if message[0] == "exec":
+                self._execute(model, *message[1:])
+            elif message[0] == "stop":
                 break
-            self._execute(model, *batch)
         with contextlib.suppress(Exception):
             model.unload()
         self._arena.close()
@@ -136,6 +131,17 @@ class _Worker:
             self._conn.send_bytes(pickle.dumps(("stopped",), _PROTOCOL))
         _exit()
 
+    def _read_answers(self) -> None:
+        while True:
+            message = _receive(self._answers)
+            if message[0] == "answer":
+                call = self._calls.get(message[1])
+                if call is not None:
+                    call.answers.put(message[2:])
+            elif message[0] == "handover":  # the server reads us elsewhere from this message on
+                self.send(("handover",))
+
+    # the model ---------------------------------------------------------------------------------------
     def _execute(
         self, model: PythonModel, batch_id: int, arena: str | None, metas: list[Any], senders: bool
     ) -> None:
@@ -240,6 +246,14 @@ class _Channel:
 
     def is_cancelled(self) -> bool:
         return bool(self._worker.call("cancelled", (self._batch, self._index)))
+
+
+def _receive(conn: Connection) -> tuple[Any, ...]:
+    try:
+        message: tuple[Any, ...] = pickle.loads(conn.recv_bytes())
+    except (EOFError, OSError):  # the server is gone: nothing left to answer to
+        os._exit(0)
+    return message
 
 
 def _exit() -> None:

@@ -1,0 +1,213 @@
+"""Requests of a default-scheduled model whose instances run in processes of their own (python
+instances, `process_host`), handed to the instances from the event loop that received them.
+
+The worker-thread path costs three thread switches per request in the server (loop -> worker thread
+-> pipe reader thread -> worker thread -> loop), each a wait for the GIL the other thread holds. Here
+the loop writes a request straight to an idle instance's process and reads the results itself
+(`loop.add_reader`), completing the request on the loop: no thread on the way. Requests that find
+every instance busy wait in a queue of the loop's, which each completion drains, first come first
+served.
+
+Everything here runs on the loop's thread except `forward`, `wake` and `settle`. Requests submitted
+from elsewhere (streams, callers without a loop) still go through the scheduler to the worker
+threads, which pass them on to the loop once it is attached; a worker also runs a batch itself when
+the loop cannot (not attached, or stopped at shutdown). An instance's busy lock is held by whoever
+runs it, so the two never overlap. An instance whose process died is restarted by a helper thread
+(a process start takes too long for the loop), with the batch that found it dead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from server.protocol.errors import TritonError, internal, unavailable
+from server.scheduling.work import WorkItem
+
+if TYPE_CHECKING:
+    from server.backends.python.host import ResponseChannel
+    from server.protocol.types import InferenceRequest, InferenceResponse
+
+
+class LoopModel(Protocol):
+    """An instance that takes a batch without a thread (ProcessModel)."""
+
+    def start_batch(
+        self,
+        requests: list[InferenceRequest],
+        channels: Sequence[ResponseChannel] | None,
+        done: Callable[[list[InferenceResponse | TritonError | None]], None],
+        loop: asyncio.AbstractEventLoop,
+    ) -> bool: ...
+
+
+class Runner(Protocol):
+    """What the dispatcher needs of its ModelRunner."""
+
+    batched: bool
+
+    def begin(self, batch: list[WorkItem]) -> tuple[int, list[ResponseChannel]]: ...
+
+    def settle(
+        self, batch: list[WorkItem], results: Sequence[InferenceResponse | TritonError | None], start: int
+    ) -> None: ...
+
+    def fail(self, batch: list[WorkItem], error: TritonError) -> None: ...
+
+    def run_batch(self, index: int, batch: list[WorkItem]) -> None: ...
+
+
+def can_dispatch(instances: Sequence[object]) -> bool:
+    return bool(instances) and all(callable(getattr(i, "start_batch", None)) for i in instances)
+
+
+class LoopDispatcher:
+    def __init__(
+        self, runner: Runner, instances: Sequence[LoopModel], busy: Sequence[threading.Lock]
+    ) -> None:
+        self._runner = runner
+        self._instances = list(instances)
+        self._busy = list(busy)
+        self._held = [False] * len(self._instances)  # busy locks the dispatcher holds (loop thread)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread = 0  # the loop's thread
+        self.waiting: deque[list[WorkItem]] = deque()
+        self.running = 0  # batches the instances run for the dispatcher
+        self._closed = False  # no new requests (unloading)
+        self._ended = False  # no new executions either (the instances go)
+        self._next = 0  # the instance to try first: spreads work over the instances
+
+    # the loop's side ---------------------------------------------------------------------------------
+    def offer(self, request: InferenceRequest, complete: Callable[..., None]) -> bool:
+        """Take `request` (on the loop's thread): run it now or queue it. False when this loop cannot
+        (the dispatcher is closed or belongs to another loop): submit it instead."""
+        if self._closed:
+            return False
+        loop = asyncio.get_running_loop()
+        if self.loop is not loop:
+            if self.loop is not None:
+                return False
+            self.loop, self._thread = loop, threading.get_ident()
+        self.waiting.append([WorkItem(request, request.batch_size(self._runner.batched), complete)])
+        self._pump()
+        return True
+
+    def _pump(self) -> None:
+        """Start waiting batches on the free instances."""
+        count = len(self._instances)
+        while self.waiting and not self._ended:
+            for step in range(count):
+                index = (self._next + step) % count
+                if not self._held[index] and self._busy[index].acquire(blocking=False):
+                    break
+            else:
+                return  # all busy: the next completion calls again
+            self._next = (index + 1) % count
+            self._held[index] = True
+            self._start(index, self.waiting.popleft())
+
+    def _start(self, index: int, batch: list[WorkItem]) -> None:
+        assert self.loop is not None
+        self.running += 1
+        start, channels = self._runner.begin(batch)
+
+        def done(results: list[InferenceResponse | TritonError | None]) -> None:
+            if threading.get_ident() == self._thread:
+                self._done(index, batch, start, results)
+            else:  # the process's reader thread, before the loop took over reading it
+                self._call_soon(self._done, index, batch, start, results)
+
+        try:
+            started = self._instances[index].start_batch(
+                [item.request for item in batch], channels, done, self.loop
+            )
+        except Exception as exc:  # e.g. an input pickle refuses: this batch fails, the instance goes on
+            error = exc if isinstance(exc, TritonError) else internal(f"{type(exc).__name__}: {exc}")
+            self._done(index, batch, start, [error] * len(batch))
+            return
+        if not started:  # its process is down: a thread starts it again and runs the batch
+            threading.Thread(target=self._restart, args=(index, batch), daemon=True).start()
+
+    def _done(
+        self,
+        index: int,
+        batch: list[WorkItem],
+        start: int,
+        results: list[InferenceResponse | TritonError | None],
+    ) -> None:
+        self._release(index)  # the next batch first: the instance works while this one completes
+        self._runner.settle(batch, results, start)
+
+    def _release(self, index: int) -> None:
+        self.running -= 1
+        if self._held[index]:
+            self._held[index] = False
+            self._busy[index].release()
+        self._pump()
+
+    def _restart(self, index: int, batch: list[WorkItem]) -> None:
+        try:
+            self._runner.run_batch(index, batch)  # execute_channels() starts a new process
+        finally:
+            self._call_soon(self._release, index)
+
+    def _accept(self, batch: list[WorkItem]) -> None:
+        self.waiting.append(batch)
+        self._pump()
+
+    def _call_soon(self, callback: Callable[..., None], *args: object) -> None:
+        assert self.loop is not None
+        with contextlib.suppress(RuntimeError):  # the loop is closed (shutdown): nobody waits any more
+            self.loop.call_soon_threadsafe(callback, *args)
+
+    # other threads -----------------------------------------------------------------------------------
+    def forward(self, batch: list[WorkItem]) -> bool:
+        """A worker thread's batch: queue it on the loop. False when the loop cannot take it (none
+        attached yet, or stopped): the worker runs it."""
+        loop = self.loop
+        if loop is None or not loop.is_running():
+            return False
+        try:
+            loop.call_soon_threadsafe(self._accept, batch)
+        except RuntimeError:
+            return False
+        return True
+
+    def wake(self) -> None:
+        """A worker thread freed an instance: the loop's waiting requests may take it."""
+        if self.loop is not None and self.waiting:
+            self._call_soon(self._pump)
+
+    def settle_before_unload(self, timeout: float | None) -> list[int]:
+        """Stop taking requests and wait (up to `timeout`) until what the loop queued and started is
+        done, while the loop runs; requests still waiting then fail. Returns the instances whose
+        batch is still out (a stopped loop never completes it): unloading must not wait for their
+        busy locks."""
+        self._closed = True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (self.waiting or self.running) and self._loop_runs():
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        self._ended = True
+        if self.waiting:
+            if self._loop_runs():
+                self._call_soon(self._fail_waiting)
+            else:
+                self._fail_waiting()
+        return [index for index, held in enumerate(self._held) if held]
+
+    def _loop_runs(self) -> bool:
+        return self.loop is not None and self.loop.is_running()
+
+    def _fail_waiting(self) -> None:
+        while self.waiting:
+            for item in self.waiting.popleft():
+                error = unavailable(f"model unloaded before request '{item.request.id}' ran")
+                with contextlib.suppress(RuntimeError):  # its event loop is closed: nobody waits
+                    item.complete(error)
