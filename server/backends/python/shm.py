@@ -12,6 +12,9 @@ instance even when its process dies:
   its tensors; the server copies them out in the order they were sent and moves the ring's tail,
   which the writer reads to know which space is free again.
 Both grow, to a new segment twice as large, when something does not fit.
+
+A message whose tensors are small (INLINE_LIMIT) carries their bytes itself instead: copying a few
+bytes through the pickle costs less than placing them in a segment and reading them back.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ from server.protocol.types import Tensor
 ALIGN = 64  # every tensor starts on a cache line
 _MIN_SIZE = 1 << 20
 _HEADER = 64  # the ring's first cache line holds its tail (int64), written by the reader only
+INLINE_LIMIT = 16 << 10  # bytes: up to this, a message's tensors ride in the message
 
 # (name, wire datatype, shape, numpy dtype str, offset) for a tensor in shared memory;
+# (name, wire datatype, shape, numpy dtype str, bytes) for a small tensor carried in the message;
 # (name, wire datatype, shape, None, object array) for a BYTES tensor carried in the message
 TensorMeta = tuple[str, str, tuple[int, ...], str | None, Any]
 
@@ -95,6 +100,16 @@ def write(
     return metas
 
 
+def inline(tensors: Sequence[Tensor], arrays: Sequence[np.ndarray[Any, Any] | None]) -> list[TensorMeta]:
+    """The metadata of `tensors` carrying their bytes (small tensors: no shared memory)."""
+    return [
+        (t.name, t.datatype, t.data.shape, None, t.data)
+        if a is None
+        else (t.name, t.datatype, a.shape, a.dtype.str, a.tobytes())
+        for t, a in zip(tensors, arrays, strict=True)
+    ]
+
+
 def read(buf: memoryview | None, metas: Sequence[TensorMeta]) -> list[Tensor]:
     """Tensors from their metadata, copied out of `buf` (which is reused once they are read)."""
     tensors = []
@@ -104,6 +119,8 @@ def read(buf: memoryview | None, metas: Sequence[TensorMeta]) -> list[Tensor]:
             data = where
         elif count == 0:  # took no space (and may come without any segment)
             data = np.empty(shape, np.dtype(dtype))
+        elif type(where) is bytes:
+            data = np.frombuffer(where, np.dtype(dtype), count).reshape(shape).copy()  # writable
         else:
             assert buf is not None
             data = np.frombuffer(buf, np.dtype(dtype), count, where).reshape(shape).copy()
@@ -120,8 +137,8 @@ class InputArena:
     def write(self, tensors: Sequence[Tensor]) -> tuple[str | None, list[TensorMeta]]:
         arrays = _raw(tensors)
         needed = space(arrays)
-        if needed == 0:
-            return None, write(memoryview(b""), 0, tensors, arrays)
+        if needed <= INLINE_LIMIT:
+            return None, inline(tensors, arrays)
         if self.segment is None or self.segment.size < needed:
             old_size = self.segment.size if self.segment is not None else 0
             # the instance process still maps the old one until it reads the new name: unlinking only
@@ -202,8 +219,8 @@ class RingWriter:
         """Write `tensors`: their metadata and the ring position the reader frees when done."""
         arrays = _raw(tensors)
         needed = space(arrays)
-        if needed == 0:
-            return write(memoryview(b""), 0, tensors, arrays), None
+        if needed <= INLINE_LIMIT:
+            return inline(tensors, arrays), None
         offset = self._reserve(needed)
         assert self._segment is not None
         metas = write(_buf(self._segment), _HEADER + offset, tensors, arrays)

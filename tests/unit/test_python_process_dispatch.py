@@ -1,0 +1,163 @@
+"""Python instances in processes, handed requests from the event loop (server/scheduling/dispatch.py):
+the real ModelRunner and instance processes, driven from a real uvloop loop the way the service
+drives them (run_inline first, submit when it declines). More requests than instances all complete,
+in the loop's own thread; statistics count each; submitted requests join the loop's queue; a crash
+fails the request in flight and the next one gets a new process; unloading waits for what the loop
+queued; stopping after the loop stopped (server shutdown) still ends the processes cleanly; small and
+large tensors both make the trip."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import uvloop
+
+from server.backends.python.shm import INLINE_LIMIT
+from server.protocol.errors import ErrorCode, TritonError
+from server.protocol.types import InferenceRequest, InferenceResponse, Tensor
+from server.scheduling.runner import ModelRunner
+from tests.unit.test_python_process import MODEL, WAIT, make_runner, outputs, request, submit
+
+
+class Loop:
+    """A uvloop loop on a thread of its own, as the server runs its front ends."""
+
+    def __init__(self) -> None:
+        self.loop = uvloop.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def infer(
+        self, runner: ModelRunner, requests: list[InferenceRequest], then: Callable[[], None] | None = None
+    ) -> list[tuple[Any, bool]]:
+        """Each request as the service sends it; its result and whether it completed on the loop.
+        `then` is called once every request is in."""
+        coroutine = self._infer(runner, requests, then)
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(WAIT)
+
+    async def _infer(
+        self, runner: ModelRunner, requests: list[InferenceRequest], then: Callable[[], None] | None
+    ) -> list[tuple[Any, bool]]:
+        loop = asyncio.get_running_loop()
+        futures = []
+        for req in requests:
+            future: asyncio.Future[tuple[Any, bool]] = loop.create_future()
+
+            def complete(result: Any, future: asyncio.Future[tuple[Any, bool]] = future) -> None:
+                on_loop = threading.current_thread() is self.thread
+                loop.call_soon_threadsafe(future.set_result, (result, on_loop))
+
+            if not runner.run_inline(req, complete):
+                runner.submit(req, complete)
+            futures.append(future)
+        if then is not None:
+            then()
+        return list(await asyncio.gather(*futures))
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(WAIT)
+
+
+@pytest.fixture
+def loop() -> Iterator[Loop]:
+    running = Loop()
+    yield running
+    if running.thread.is_alive():
+        running.stop()
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[ModelRunner]:
+    runner = make_runner(tmp_path, "pp", MODEL, count=2)
+    yield runner
+    runner.stop(10)
+
+
+def values(result: Any) -> list[int]:
+    return [int(v) for v in outputs(result)["OUT"]]
+
+
+def test_more_requests_than_instances_all_complete_on_the_loop(loop: Loop, pair: ModelRunner) -> None:
+    answers = loop.infer(pair, [request([i]) for i in range(8)])
+    assert [values(result) for result, _ in answers] == [[2 * i] for i in range(8)]
+    assert all(on_loop for _, on_loop in answers)  # no worker thread on the way back
+    pids = {int(outputs(result)["PID"][0]) for result, _ in answers}
+    assert len(pids) == 2 and os.getpid() not in pids  # both instances served
+    stats = pair.stats
+    assert stats.execution_count == 8 and stats.success.count == 8
+    assert pair.scheduler.pending() == 0
+
+
+def test_submitted_requests_join_the_loops_queue(loop: Loop, pair: ModelRunner) -> None:
+    loop.infer(pair, [request([1])])  # the loop takes the instances over
+    waiters = [submit(pair, request([i])) for i in range(4)]  # e.g. streams: through the worker threads
+    assert [values(w.wait()) for w in waiters] == [[2 * i] for i in range(4)]
+    assert pair.stats.execution_count == 5
+
+
+def test_crash_fails_the_request_and_the_next_gets_a_new_process(loop: Loop, tmp_path: Path) -> None:
+    runner = make_runner(tmp_path, "pp", MODEL, count=1, parameter="true")
+    try:
+        ((first, _),) = loop.infer(runner, [request([1])])
+        ((crashed, _),) = loop.infer(runner, [request([1], mode="exit")])
+        assert isinstance(crashed, TritonError) and crashed.code == ErrorCode.INTERNAL
+        assert crashed.message == (
+            "python model 'pp' instance 'pp_0': its process exited unexpectedly (exit code 3); "
+            "the instance restarts for later requests"
+        )
+        answers = loop.infer(runner, [request([i]) for i in range(3)])
+        assert [values(result) for result, _ in answers] == [[0], [2], [4]]
+        pids = {int(outputs(result)["PID"][0]) for result, _ in answers}
+        assert len(pids) == 1 and pids.isdisjoint({int(outputs(first)["PID"][0]), os.getpid()})
+    finally:
+        runner.stop(10)
+
+
+def test_unload_waits_for_the_requests_the_loop_queued(loop: Loop, tmp_path: Path) -> None:
+    runner = make_runner(tmp_path, "pp", MODEL, count=2)
+    pids = [i.pid for i in runner._instances]  # type: ignore[attr-defined]
+    # unloading starts once all six are in: two running, four waiting in the loop's queue
+    stopper = threading.Thread(target=runner.stop, args=(10,))
+    answers = loop.infer(runner, [request([i], mode="big", n=200_000) for i in range(6)], stopper.start)
+    stopper.join(WAIT)
+    assert all(isinstance(result, InferenceResponse) for result, _ in answers), answers
+    for pid in pids:
+        assert pid is not None
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_stop_after_the_loop_stopped_ends_the_processes_cleanly(
+    loop: Loop, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    runner = make_runner(tmp_path, "pp", MODEL, count=2)
+    pids = [i.pid for i in runner._instances]  # type: ignore[attr-defined]
+    loop.infer(runner, [request([i]) for i in range(4)])
+    loop.stop()  # server shutdown: the loop ends first, then the models unload
+    with caplog.at_level(logging.WARNING, logger="tcli.python_process"):
+        runner.stop(10)
+    assert "terminating" not in caplog.text  # finalize() ran and the processes left by themselves
+    for pid in pids:
+        assert pid is not None
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@pytest.mark.parametrize("count", [1, INLINE_LIMIT // 4, INLINE_LIMIT // 4 + 1, 100_000])
+def test_small_and_large_tensors_both_ways(loop: Loop, pair: ModelRunner, count: int) -> None:
+    data = np.arange(count, dtype=np.int32)
+    small_out = request([1], mode="big", n=count)  # the model makes `count` values
+    (echoed, _), (made, _) = loop.infer(
+        pair, [InferenceRequest("pp", "", "x", [Tensor("IN", "INT32", (count,), data)]), small_out]
+    )
+    assert np.array_equal(outputs(echoed)["OUT"], data * 2)
+    assert np.array_equal(outputs(made)["OUT"], np.arange(count, dtype=np.int32) * 2)
