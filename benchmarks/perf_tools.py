@@ -103,45 +103,51 @@ def _compare(
 
 
 def rows(ctx: Context, server: Server, setup: str, client_cpus: Sequence[int] | None) -> list[Row]:
-    result = []
-    target = (
-        MODEL,
-        False,
-        replace(ctx.windows, interval_ms=TARGET_WINDOW_MS),
-        max(TARGET_ROUNDS, ctx.rounds),
+    target = replace(ctx.windows, interval_ms=TARGET_WINDOW_MS)
+    plans = (
+        (MODEL, False, target, max(TARGET_ROUNDS, ctx.rounds)),
+        ("add_sub", True, ctx.windows, ctx.rounds),
     )
-    for model, info, windows, rounds in (target, ("add_sub", True, ctx.windows, ctx.rounds)):
+    result = []
+    for model, info, windows, rounds in plans:
         for protocol in ("http", "grpc"):
             for level in LEVELS:
                 load = Load(model, protocol, level)
                 log(f"tcli perf vs perf_analyzer: {model} {protocol} c={level} ({setup})")
                 ours_runs, pa_runs = _compare(ctx, server, load, client_cpus, windows, rounds)
-                ours, pa = summarize(ours_runs), summarize(pa_runs)
-                agreement = paired_ratio(ours_runs, pa_runs)
-                watched = (_observed(ours_runs), _observed(pa_runs))
-                what = (
-                    "info: add_sub's ~250 µs/inf server cost lets each client's own cost move the figure"
-                    if info
-                    else f"{MODEL}: ~{LOOP_MS:.0f} ms of python work per inference, the server's cost dominates"
-                )
-                pairs = round_ratios(ours_runs, pa_runs)
-                pairs = f"ratio = median of {pairs}" if pairs else ""
-                notes = (what, setup, _load_note(*watched), pairs)
-                result.append(
-                    Row(
-                        f"5 tcli perf / perf_analyzer {model} {protocol} c={level}",
-                        _cell(ours, watched[0]),
-                        _cell(pa, watched[1]),
-                        agreement,
-                        "info" if info else f"{LOW:.2f}-{HIGH:.2f}",
-                        None if agreement is None or info else LOW <= agreement <= HIGH,
-                        "; ".join(n for n in notes if n),
-                        {
-                            "tcli perf": [m.throughput for m in ours_runs if m],
-                            "perf_analyzer": [m.throughput for m in pa_runs if m],
-                            "tcli perf served": [m.observed.served for m in ours_runs if m and m.observed],
-                            "perf_analyzer served": [m.observed.served for m in pa_runs if m and m.observed],
-                        },
-                    )
-                )
+                result.append(_row(load, info, setup, ours_runs, pa_runs))
     return result
+
+
+def _row(
+    load: Load,
+    info: bool,
+    setup: str,
+    ours_runs: Sequence[Measurement | None],
+    pa_runs: Sequence[Measurement | None],
+) -> Row:
+    ours, pa = summarize(ours_runs), summarize(pa_runs)
+    agreement = paired_ratio(ours_runs, pa_runs)
+    watched = (_observed(ours_runs), _observed(pa_runs))
+    what = (
+        "info: add_sub's ~250 µs/inf server cost lets each client's own cost move the figure"
+        if info
+        else f"{MODEL}: ~{LOOP_MS:.0f} ms of python work per inference, the server's cost dominates"
+    )
+    pairs = round_ratios(ours_runs, pa_runs)
+    notes = (what, setup, _load_note(*watched), f"ratio = median of {pairs}" if pairs else "")
+    return Row(
+        f"5 tcli perf / perf_analyzer {load.model} {load.protocol} c={load.concurrency}",
+        _cell(ours, watched[0]),
+        _cell(pa, watched[1]),
+        agreement,
+        "info" if info else f"{LOW:.2f}-{HIGH:.2f}",
+        None if agreement is None or info else LOW <= agreement <= HIGH,
+        "; ".join(n for n in notes if n),
+        {
+            "tcli perf": [m.throughput for m in ours_runs if m],
+            "perf_analyzer": [m.throughput for m in pa_runs if m],
+            "tcli perf served": [m.observed.served for m in ours_runs if m and m.observed],
+            "perf_analyzer served": [m.observed.served for m in pa_runs if m and m.observed],
+        },
+    )

@@ -30,3 +30,15 @@ def test_steady_part_gives_served_rate_and_cpu_per_inference() -> None:
 def test_no_load_or_too_short_gives_nothing() -> None:
     assert steady(run(rate=0, tool_share=0, server_share=0)) is None
     assert steady(run(rate=1000, tool_share=0.1, server_share=0.5)[:13]) is None
+
+
+def test_paired_ratio_is_the_median_of_back_to_back_pairs() -> None:
+    from benchmarks.harness import Measurement
+    from benchmarks.perf_tools import paired_ratio
+
+    def runs(*throughputs: float | None) -> list[Measurement | None]:
+        return [None if t is None else Measurement(t, 0, 0) for t in throughputs]
+
+    # the machine slowed down in round 3 for one side only: the pairs still agree
+    assert paired_ratio(runs(106, 99, 69), runs(100, 100, 100)) == pytest.approx(0.99)
+    assert paired_ratio(runs(100, None), runs(None, 100)) is None  # no pair measured both
