@@ -360,6 +360,9 @@ class BLSExecutor:
                     yield item
             finally:
                 self._streams.discard(answers)
+                # left before the end (the model dropped the iterator): nobody reads the rest, and
+                # its instance no longer waits on it
+                task.cancel()
 
         def cancel() -> None:
             task.cancel()
