@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from server.backends.base import InstanceSpec, ModelContext, TensorModel
+from server.backends.pytorch_import import import_torch
 from server.protocol.errors import ErrorCode, TritonError
 
 _INDEXED = re.compile(r"^.+__(\d+)$")
@@ -59,8 +60,7 @@ def _share_read_only_inputs() -> None:
     process-wide filter is lost when set inside another catch_warnings block (as test runners do);
     torch.frombuffer (~6 us) warns the same way. torch.from_numpy itself takes ~1.4 us.
     """
-    import torch
-
+    torch = import_torch()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         torch.from_numpy(np.frombuffer(bytes(4), dtype=np.float32))
@@ -68,8 +68,7 @@ def _share_read_only_inputs() -> None:
 
 class TorchScriptModel(TensorModel):
     def __init__(self, context: ModelContext, instance: InstanceSpec) -> None:
-        import torch
-
+        torch = import_torch()
         _share_read_only_inputs()
         self._torch = torch
         self._device = torch.device(f"cuda:{instance.device_id}" if instance.kind == "KIND_GPU" else "cpu")

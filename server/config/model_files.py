@@ -146,8 +146,10 @@ def _batch_fix(batched: bool, dims: list[int], model_shape: list[int]) -> str:
 
 
 def _check_torchscript(config: ModelConfig, model_file: Path, found: Findings) -> None:
+    from server.backends.pytorch_import import import_torch
+
     try:
-        import torch
+        torch = import_torch()
     except ImportError:
         found.warning(
             f"model '{config.name}': torch is not installed, so model.pt was not checked",
