@@ -61,16 +61,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psutil
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
-from prometheus_client.metrics_core import GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from server.repository.models import ModelState
 from server.stats import ModelStats
 
 if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
     from server.repository.manager import ModelManager
     from server.repository.models import ServedModel
+
+# prometheus_client is imported at the first scrape, not at start-up: its package imports its whole
+# exposition stack (http.server, wsgiref, ...), ~35 ms with the GIL held while models load.
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -266,6 +268,8 @@ def snapshot(manager: ModelManager) -> list[VersionSnapshot]:
 # ------------------------------------------------------------------------------------------ families
 def _counter(name: str, documentation: str) -> Metric:
     """A counter family whose samples carry the family name itself, as Triton's do (no `_total`)."""
+    from prometheus_client.metrics_core import Metric
+
     return Metric(name, documentation, "counter")
 
 
@@ -276,6 +280,8 @@ def _us(duration: dict[str, int]) -> int:
 def model_families(versions: list[VersionSnapshot]) -> Iterator[Metric]:
     """Triton's per-model families, in Triton's order; without loaded versions there are none (Triton
     leaves out families without series)."""
+    from prometheus_client.metrics_core import GaugeMetricFamily
+
     if not versions:
         return
     success = _counter(*_SUCCESS)
@@ -306,6 +312,8 @@ def model_families(versions: list[VersionSnapshot]) -> Iterator[Metric]:
 
 def batch_size_families(versions: list[VersionSnapshot]) -> Iterator[Metric]:
     """tcli_inference_batch_size: Triton's batch_stats (executions per batch size) as a histogram."""
+    from prometheus_client.metrics_core import HistogramMetricFamily
+
     if not versions:
         return
     histogram = HistogramMetricFamily(*_BATCH_SIZE, labels=("model", "version"))
@@ -324,15 +332,18 @@ def batch_size_families(versions: list[VersionSnapshot]) -> Iterator[Metric]:
 
 
 def host_families(cpu: CpuSampler) -> Iterator[Metric]:
+    from prometheus_client.metrics_core import GaugeMetricFamily
+
     total, used = memory_bytes()
     yield GaugeMetricFamily(*_CPU_UTILIZATION, value=cpu.utilization())
     yield GaugeMetricFamily(*_CPU_MEMORY_TOTAL, value=total)
     yield GaugeMetricFamily(*_CPU_MEMORY_USED, value=used)
 
 
-class TritonCollector(Collector):
-    """A prometheus_client collector over a ModelManager: Triton's per-model families, the host CPU
-    and memory gauges (Triton's order), then tcli's own families."""
+class TritonCollector:
+    """A prometheus_client collector over a ModelManager (a CollectorRegistry takes any object with
+    collect()): Triton's per-model families, the host CPU and memory gauges (Triton's order), then
+    tcli's own families."""
 
     def __init__(self, manager: ModelManager, cpu: CpuSampler | None = None) -> None:
         self.manager = manager
@@ -343,7 +354,7 @@ class TritonCollector(Collector):
         return [*model_families(versions), *host_families(self.cpu), *batch_size_families(versions)]
 
 
-class _Collected(Collector):
+class _Collected:
     """Families collected once, handed to generate_latest (which calls collect())."""
 
     def __init__(self, families: list[Metric]) -> None:
@@ -355,8 +366,10 @@ class _Collected(Collector):
 
 def render(families: Iterable[Metric]) -> bytes:
     """Text exposition 0.0.4 of `families`, with counters' HELP/TYPE lines naming their samples."""
+    from prometheus_client.exposition import generate_latest
+
     families = list(families)
-    text = generate_latest(_Collected(families))
+    text = generate_latest(_Collected(families))  # any object with collect() will do
     for family in families:
         if family.type != "counter" or any(s.name != family.name for s in family.samples):
             continue
@@ -386,7 +399,7 @@ def metrics_text(manager: ModelManager, cpu: CpuSampler | None = None) -> bytes:
 
 
 # ------------------------------------------------------------------------------------------ ASGI app
-CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # text/plain; version=0.0.4; charset=utf-8
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # prometheus_client's CONTENT_TYPE_PLAIN_0_0_4
 
 
 def create_metrics_app(
