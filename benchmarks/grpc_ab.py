@@ -3,11 +3,16 @@ transports and real Triton 2.51 on the same model (python `add_sub` by default).
 
     python benchmarks/grpc_ab.py [--server native grpcio triton] [--concurrency 1 4 8]
                                  [--protocol grpc|http] [--rounds N] [--model add_sub] [--repository DIR]
+                                 [--port-base 19100]
 
-Each (round, server) starts a fresh server on ports 19100-19102, runs perf_analyzer at each
-concurrency (2 s windows, up to 3 trials, p99), and reads the server's CPU time (psutil, children
-included) and the model's inference_count before and after: CPU µs per request is robust on a
-shared, noisy machine; throughput and p99 compare only within one sitting.
+Each (round, server) starts a fresh server on ports port-base..port-base+2, runs perf_analyzer at
+each concurrency (2 s windows, up to 3 trials, p99), and reads the server's CPU time (psutil,
+children included) and the model's inference_count before and after: CPU µs per request is robust on
+a shared, noisy machine; throughput and latency percentiles compare only within one sitting. Rounds
+alternate the servers' order.
+
+A server `native@DIR` (or `grpcio@DIR`) runs tcli from the source tree DIR (e.g. `git archive HEAD`
+unpacked somewhere) with this venv, to A/B a change against the commit before it.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -26,18 +32,22 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = Path.home() / ".cache" / "triton-reference" / "bin"
-HTTP, GRPC, METRICS = 19100, 19101, 19102
+HTTP, GRPC, METRICS = 19100, 19101, 19102  # --port-base moves all three
 
 
 def start(server: str, repository: Path) -> subprocess.Popen[bytes]:
     ports = ["--http-port", str(HTTP), "--grpc-port", str(GRPC), "--metrics-port", str(METRICS)]
+    environment = None
     if server == "triton":
         command = [str(REFERENCE / "tritonserver"), "--model-repository", str(repository), *ports]
     else:
-        tcli = Path(sys.executable).parent / "tcli"
-        command = [str(tcli), "serve", "--model-repository", str(repository), *ports]
-        command += ["--grpc-implementation", server]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        implementation, _, source = server.partition("@")
+        command = [sys.executable, "-c", "from tcli.main import run; run()"]
+        command += ["serve", "--model-repository", str(repository), *ports]
+        command += ["--grpc-implementation", implementation]
+        if source:  # that tree's `server` and `tcli` packages come first on the path
+            environment = {**os.environ, "PYTHONPATH": str(Path(source).resolve())}
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -86,9 +96,10 @@ def measure(server: str, args: argparse.Namespace) -> None:
                     continue
                 with open(report.name) as written:
                     row = list(csv.DictReader(written))[-1]
+            percentiles = "/".join(f"{int(row[f'p{p} latency']):5}" for p in (50, 90, 99))
             print(
                 f"{server:7} {args.protocol} c{concurrency}: {float(row['Inferences/Second']):7.0f} infer/s"
-                f"  p99 {int(row['p99 latency']):6} µs  server CPU {1e6 * used / max(served, 1):5.0f} µs/req",
+                f"  p50/p90/p99 {percentiles} µs  server CPU {1e6 * used / max(served, 1):5.0f} µs/req",
                 flush=True,
             )
     finally:
@@ -97,6 +108,7 @@ def measure(server: str, args: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    global HTTP, GRPC, METRICS
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repository", type=Path, help="default: the example model alone")
     parser.add_argument("--server", nargs="+", default=["native", "grpcio", "triton"])
@@ -104,13 +116,15 @@ def main() -> None:
     parser.add_argument("--protocol", default="grpc", choices=["grpc", "http"])
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--model", default="add_sub")
+    parser.add_argument("--port-base", type=int, default=HTTP, help="HTTP port; gRPC and metrics follow")
     args = parser.parse_args()
+    HTTP, GRPC, METRICS = args.port_base, args.port_base + 1, args.port_base + 2
     with tempfile.TemporaryDirectory() as scratch:
         if args.repository is None:
             args.repository = Path(scratch)
             (args.repository / args.model).symlink_to(ROOT / "model_repository" / args.model)
-        for _ in range(args.rounds):
-            for server in args.server:
+        for round_ in range(args.rounds):
+            for server in args.server if round_ % 2 == 0 else reversed(args.server):
                 measure(server, args)
 
 

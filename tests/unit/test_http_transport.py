@@ -1,5 +1,6 @@
 """The HTTP front end's transport writes a response's head and body in one send, and never keeps a
-head waiting past the event loop's current iteration (a streamed response's head goes out at once)."""
+head waiting past the event loop's current iteration (a streamed response's head goes out at once).
+Requests read in one loop turn are parsed longest-unanswered connection first."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import socket
 from typing import Any
 
-from server.frontends.http_transport import _CoalescingTransport
+from server.frontends.http_transport import _CoalescingTransport, _TurnOrder
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
 
@@ -120,3 +121,109 @@ def test_uvicorn_serves_through_the_coalescing_protocol() -> None:
     data = asyncio.run(main())
     assert data.startswith(b"HTTP/1.1 200 OK\r\n")
     assert data.endswith(b"\r\n\r\n{}")
+
+
+class Waiting:
+    """A connection with bytes read: what the turn order sees of it."""
+
+    def __init__(self, name: str, answered: int, fed: list[str], fails: bool = False) -> None:
+        self.name = name
+        self.coalescing = type("T", (), {"answered": answered})()
+        self.fed = fed
+        self.fails = fails
+
+    def feed_unparsed(self) -> None:
+        self.fed.append(self.name)
+        if self.fails:
+            raise RuntimeError("parser broke")
+
+
+def test_a_turns_reads_are_parsed_longest_unanswered_connection_first() -> None:
+    async def main() -> list[str]:
+        fed: list[str] = []
+        turns = _TurnOrder(asyncio.get_running_loop())
+        for name, answered in (("recent", 7), ("new", 0), ("older", 3)):
+            turns.add(Waiting(name, answered, fed))  # type: ignore[arg-type]
+        assert fed == []  # nothing is parsed before the turn ends
+        await asyncio.sleep(0)
+        return fed
+
+    assert asyncio.run(main()) == ["new", "older", "recent"]
+
+
+def test_one_connection_failing_to_parse_does_not_starve_the_others() -> None:
+    async def main() -> tuple[list[str], list[dict[str, Any]]]:
+        loop = asyncio.get_running_loop()
+        reported: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _, context: reported.append(context))
+        fed: list[str] = []
+        turns = _TurnOrder(loop)
+        turns.add(Waiting("broken", 1, fed, fails=True))  # type: ignore[arg-type]
+        turns.add(Waiting("fine", 2, fed))  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        return fed, reported
+
+    fed, reported = asyncio.run(main())
+    assert fed == ["broken", "fine"]
+    assert [str(context["exception"]) for context in reported] == ["parser broke"]
+
+
+def test_requests_split_across_reads_on_several_connections_are_answered_whole() -> None:
+    """Two connections sending POSTs in small interleaved pieces (several reads per request, both
+    connections waiting in the same turns): each gets its own bodies back, in order."""
+    from server.frontends.http_transport import CoalescingHttpToolsProtocol
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = [(b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def main() -> list[bytes]:
+        import uvicorn
+
+        config = uvicorn.Config(
+            app, http=CoalescingHttpToolsProtocol, loop="none", lifespan="off", log_config=None
+        )
+        config.load()
+        server = uvicorn.Server(config)
+        server.lifespan = config.lifespan_class(config)
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        await server.startup(sockets=[sock])
+        port = sock.getsockname()[1]
+        connections = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+        requests = [
+            b"".join(
+                b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 6\r\n\r\n" + f"c{c}r{r}..".encode()
+                for r in range(3)
+            )
+            for c in range(2)
+        ]
+        for start in range(0, len(requests[0]), 7):  # 7-byte pieces, alternating connections
+            for (_, writer), data in zip(connections, requests, strict=True):
+                writer.write(data[start : start + 7])
+                await writer.drain()
+            await asyncio.sleep(0.001)
+        answers = []
+        for reader, writer in connections:
+            data = b""
+            while data.count(b"..") < 3:
+                chunk = await reader.read(65536)
+                assert chunk, data
+                data += chunk
+            answers.append(data)
+            writer.close()
+        await server.shutdown()
+        return answers
+
+    answers = asyncio.run(main())
+    for c, answer in enumerate(answers):
+        assert answer.count(b"HTTP/1.1 200 OK") == 3
+        bodies = [part.rsplit(b"\r\n\r\n", 1)[-1] for part in answer.split(b"HTTP/1.1 ")[1:]]
+        assert bodies == [f"c{c}r{r}..".encode() for r in range(3)]
