@@ -13,9 +13,10 @@ list order, where a connection that was readable at the previous poll keeps its 
 that became readable since. Under load one connection that misses a turn thus stays at the back,
 turn after turn: measured at perf_analyzer concurrency 8, one connection at a time ran at twice the
 others' cycle for a second or more, and one request in eight took twice the median latency (the p99).
-So bytes read in a turn are only queued, and fed to the parsers at the end of the turn ordered by
-when each connection was last answered, longest ago first: the order requests arrived in a
-closed loop.
+So the first connection read in a turn is parsed at once (a lone request pays nothing), and the
+others' bytes are queued and fed to their parsers at the end of the turn ordered by when each
+connection was last answered, longest ago first: the order requests arrived in a closed loop. A
+connection that missed a turn thus comes at most second in the next.
 """
 
 from __future__ import annotations
@@ -80,25 +81,32 @@ class _CoalescingTransport:
 
 
 class _TurnOrder:
-    """One server's connections with bytes read but not yet parsed, fed at the end of the loop turn."""
+    """One server's reads in the current loop turn: the first is parsed at once (so a lone request
+    costs nothing extra), the others wait for the end of the turn and go longest-unanswered first."""
 
-    __slots__ = ("_count", "_loop", "_waiting")
+    __slots__ = ("_count", "_loop", "_open", "_waiting")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._waiting: list[CoalescingHttpToolsProtocol] = []
+        self._open = False
         self._count = 0
 
     def tick(self) -> int:
         self._count += 1
         return self._count
 
-    def add(self, protocol: CoalescingHttpToolsProtocol) -> None:
-        if not self._waiting:
+    def first(self, protocol: CoalescingHttpToolsProtocol) -> bool:
+        """True when `protocol` read first in this turn (parse now); else it waits for `_feed`."""
+        if not self._open:
+            self._open = True
             self._loop.call_soon(self._feed)
+            return True
         self._waiting.append(protocol)
+        return False
 
     def _feed(self) -> None:
+        self._open = False
         waiting, self._waiting = self._waiting, []
         if len(waiting) > 1:
             waiting.sort(key=_answered)
@@ -135,14 +143,12 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(self.coalescing)  # type: ignore[arg-type]
 
     def data_received(self, data: bytes) -> None:
-        if len(self.connections) == 1:  # nobody to take turns with: parse at once, as uvicorn does
-            if self._unparsed:
-                self.feed_unparsed()
+        if self._unparsed:  # already waiting in this turn: keep the bytes in order
+            self._unparsed.append(data)
+        elif self._turns.first(self):
             super().data_received(data)
-            return
-        if not self._unparsed:
-            self._turns.add(self)
-        self._unparsed.append(data)
+        else:
+            self._unparsed.append(data)
 
     def feed_unparsed(self) -> None:
         chunks, self._unparsed = self._unparsed, []

@@ -138,17 +138,23 @@ class Waiting:
             raise RuntimeError("parser broke")
 
 
-def test_a_turns_reads_are_parsed_longest_unanswered_connection_first() -> None:
-    async def main() -> list[str]:
+def test_a_turns_first_read_is_parsed_at_once_the_others_longest_unanswered_first() -> None:
+    async def main() -> tuple[list[bool], list[str], bool]:
         fed: list[str] = []
         turns = _TurnOrder(asyncio.get_running_loop())
-        for name, answered in (("recent", 7), ("new", 0), ("older", 3)):
-            turns.add(Waiting(name, answered, fed))  # type: ignore[arg-type]
-        assert fed == []  # nothing is parsed before the turn ends
+        at_once = [
+            turns.first(Waiting(name, answered, fed))  # type: ignore[arg-type]
+            for name, answered in (("lead", 9), ("recent", 7), ("new", 0), ("older", 3))
+        ]
+        assert fed == []  # the others wait for the end of the turn
         await asyncio.sleep(0)
-        return fed
+        next_turn = turns.first(Waiting("next", 1, fed))  # type: ignore[arg-type]
+        return at_once, fed, next_turn
 
-    assert asyncio.run(main()) == ["new", "older", "recent"]
+    at_once, fed, next_turn = asyncio.run(main())
+    assert at_once == [True, False, False, False]
+    assert fed == ["new", "older", "recent"]
+    assert next_turn  # a new turn has a new first
 
 
 def test_one_connection_failing_to_parse_does_not_starve_the_others() -> None:
@@ -158,8 +164,8 @@ def test_one_connection_failing_to_parse_does_not_starve_the_others() -> None:
         loop.set_exception_handler(lambda _, context: reported.append(context))
         fed: list[str] = []
         turns = _TurnOrder(loop)
-        turns.add(Waiting("broken", 1, fed, fails=True))  # type: ignore[arg-type]
-        turns.add(Waiting("fine", 2, fed))  # type: ignore[arg-type]
+        for waiting in (Waiting("lead", 0, fed), Waiting("broken", 1, fed, True), Waiting("fine", 2, fed)):
+            turns.first(waiting)  # type: ignore[arg-type]
         await asyncio.sleep(0)
         return fed, reported
 
