@@ -1,7 +1,7 @@
 """Model repositories the benchmark writes into a temporary directory: copies of the example models,
 benchmark-specific configs (instances, threads, dynamic batching) written through Triton's own
 ModelConfig protobuf, a batchable DenseNet made by editing the example graph's batch dimension, a
-CPU-bound pure-Python model, and an ONNX model with one large initializer."""
+CPU-bound pure-Python model, a fixed-delay python model, and an ONNX model with one large initializer."""
 
 from __future__ import annotations
 
@@ -187,5 +187,40 @@ def cpu_loop_model(repo: Path, name: str, loops: int, milliseconds: float, insta
     config.input.add(name="IN", data_type=model_config_pb2.TYPE_FP32, dims=[1])
     config.output.add(name="OUT", data_type=model_config_pb2.TYPE_FP32, dims=[1])
     config.instance_group.add(count=instances, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
+    write_config(target, config)
+    return target
+
+
+DELAY_MODEL = '''"""Benchmark model: each request takes {ms:.1f} ms of wall time (a sleep, which holds no core and
+no GIL), so what it costs the server does not drift with the machine's load. OUT = IN."""
+
+import time
+
+import triton_python_backend_utils as pb_utils
+
+DELAY_S = {seconds!r}
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(DELAY_S)
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
+            for r in requests
+        ]
+'''
+
+
+def delay_model(repo: Path, name: str, milliseconds: float, instances: int) -> Path:
+    """A python model taking `milliseconds` of wall time per execution, on `instances` threads (a
+    sleeping instance needs no process of its own: TCLI_INSTANCE_PROCESS false)."""
+    target = repo / name
+    (target / "1").mkdir(parents=True)
+    (target / "1" / "model.py").write_text(DELAY_MODEL.format(ms=milliseconds, seconds=milliseconds / 1000))
+    config = model_config_pb2.ModelConfig(name=name, backend="python", max_batch_size=0)
+    config.input.add(name="IN", data_type=model_config_pb2.TYPE_FP32, dims=[1])
+    config.output.add(name="OUT", data_type=model_config_pb2.TYPE_FP32, dims=[1])
+    config.instance_group.add(count=instances, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
+    config.parameters["TCLI_INSTANCE_PROCESS"].string_value = "false"
     write_config(target, config)
     return target

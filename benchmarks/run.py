@@ -19,8 +19,8 @@ Scenarios (--only names in brackets; benchmarks/NOTES.md says what each measures
                 intra_op_thread_count 1, at concurrency 4: >= 1.7.
   4 [startup]   tcli serve model_repository ready within 3 s; RSS after 100,000 requests within
                 10% of after 1,000 (--quick: 20,000); unloading a 128 MB model returns >= 90%.
-  5 [perf]      tcli perf against perf_analyzer on the same server and model (perf_loop, a
-                python model whose ~2 ms per request dominates both clients' cost), concurrency
+  5 [perf]      tcli perf against perf_analyzer on the same server and model (perf_delay, a
+                python model taking a fixed 5 ms per request on 8 instances), concurrency
                 1/4/8 over HTTP and gRPC: ratio within 0.90-1.10; add_sub as info rows.
 """
 
