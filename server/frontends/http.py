@@ -81,6 +81,31 @@ _LOG_KEYS = ("log_file", "log_info", "log_warning", "log_error", "log_verbose_le
 _TRACE_KEYS = ("trace_file", "trace_level", "trace_rate", "trace_count", "log_frequency", "trace_mode")
 
 
+@dataclass(slots=True)
+class InferHeaders:
+    """What an inference request's headers say about its body and the answer's encoding."""
+
+    content_length: int = -1  # -1: not given (chunked, or no body)
+    header_length: bytes | None = None  # Inference-Header-Content-Length, as sent
+    content_encoding: bytes = b""
+    accept_encoding: bytes = b""
+
+    @classmethod
+    def of(cls, headers: list[tuple[bytes, bytes]]) -> InferHeaders:
+        """From lower-cased (name, value) pairs, as ASGI and the HTTP protocol hold them."""
+        found = cls()
+        for key, value in headers:
+            if key == b"content-length":
+                found.content_length = int(value) if value.isdigit() else -1
+            elif key == b"inference-header-content-length":
+                found.header_length = value
+            elif key == b"content-encoding":
+                found.content_encoding = value
+            elif key == b"accept-encoding":
+                found.accept_encoding = value
+        return found
+
+
 class _HttpError(TritonError):
     """A TritonError whose answer carries extra response headers."""
 
@@ -230,25 +255,47 @@ class HttpFrontend:
 
     # inference -------------------------------------------------------------------------------------
     async def _infer(self, scope: Scope, receive: Receive, send: Send, model: str, version: str) -> None:
-        content_length = -1
-        header_value: bytes | None = None
-        content_encoding = b""
-        accept_encoding = b""
-        for key, value in scope["headers"]:
-            if key == b"content-length":
-                content_length = int(value) if value.isdigit() else -1
-            elif key == b"inference-header-content-length":
-                header_value = value
-            elif key == b"content-encoding":
-                content_encoding = value
-            elif key == b"accept-encoding":
-                accept_encoding = value
+        headers = InferHeaders.of(scope["headers"])
         limit = self.max_input_size
-        if content_length > limit:
-            raise _too_large(content_length, limit, header_value is None)
-        body = await _read_body(receive, limit, header_value is None)
-        if content_encoding and content_encoding != b"identity":
-            encoding = content_encoding.decode("latin-1").strip().lower()
+        if headers.content_length > limit:
+            raise _too_large(headers.content_length, limit, headers.header_length is None)
+        body = await _read_body(receive, limit, headers.header_length is None)
+        payload, response_headers = await self._infer_body(model, version, headers, body)
+        await _respond(send, 200, payload, response_headers)
+
+    def infer_target(self, path: bytes) -> tuple[str, str] | None:
+        """(model, version) when `path` (a request target without query) is POST-able inference."""
+        if not path.startswith(b"/v2/models/") or not path.endswith(b"/infer"):
+            return None
+        match = _MODEL_ROUTE.fullmatch(path.decode("latin-1"))
+        if match is None or match.group(3) != "infer":
+            return None
+        model, version = match.group(1), match.group(2) or ""
+        return (unquote(model) if "%" in model else model), version
+
+    async def infer_direct(
+        self, model: str, version: str, headers: InferHeaders, body: bytes | bytearray
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """The whole answer (status, headers without content-length, body) to an inference request
+        whose body was read whole and within the size limit, outside ASGI: the HTTP protocol's fast
+        path (http_transport). Answers errors as __call__ does; never raises."""
+        try:
+            payload, response_headers = await self._infer_body(model, version, headers, body)
+            return 200, response_headers, payload
+        except _HttpError as error:
+            return error.code.http_status, [_JSON, *error.headers], _error_body(error.message)
+        except TritonError as error:
+            return error.code.http_status, [_JSON], _error_body(error.message)
+        except Exception as exc:  # a bug must still answer, as JSON, and be logged with its traceback
+            log.exception("unexpected error handling POST /v2/models/%s/infer", model)
+            return 500, [_JSON], _error_body(f"internal error: {type(exc).__name__}: {exc}")
+
+    async def _infer_body(
+        self, model: str, version: str, headers: InferHeaders, body: bytes | bytearray
+    ) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+        limit = self.max_input_size
+        if headers.content_encoding and headers.content_encoding != b"identity":
+            encoding = headers.content_encoding.decode("latin-1").strip().lower()
             if encoding not in ("gzip", "deflate"):
                 raise _HttpError(
                     ErrorCode.UNSUPPORTED,
@@ -257,6 +304,7 @@ class HttpFrontend:
                 )
             body = _decompress(body, encoding, limit)
 
+        header_value = headers.header_length
         try:
             header_length = None if header_value is None else parse_header_length(header_value, len(body))
             if header_length == 0:
@@ -284,15 +332,15 @@ class HttpFrontend:
         response = await self.service.infer(request)
         payload, json_length = encode_response(response, request.outputs, binary_default, shm=self._shm_view)
         if json_length is None:
-            headers = [_JSON]
+            response_headers = [_JSON]
         else:
-            headers = [_OCTET, (b"inference-header-content-length", str(json_length).encode())]
-        if accept_encoding:
-            chosen = response_encoding(accept_encoding.decode("latin-1"))
+            response_headers = [_OCTET, (b"inference-header-content-length", str(json_length).encode())]
+        if headers.accept_encoding:
+            chosen = response_encoding(headers.accept_encoding.decode("latin-1"))
             if chosen != "identity":
                 payload = _compress(payload, chosen)
-                headers.append((b"content-encoding", chosen.encode()))
-        await _respond(send, 200, payload, headers)
+                response_headers.append((b"content-encoding", chosen.encode()))
+        return payload, response_headers
 
     # models ----------------------------------------------------------------------------------------
     async def _model(

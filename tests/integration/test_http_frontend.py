@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 import struct
 import uuid
 import zlib
@@ -890,3 +891,80 @@ def _comparable(response: httpx.Response) -> Any:
     if isinstance(document, dict) and str(document.get("error", "")).startswith(prefix):
         document = {"error": prefix}
     return document, tail
+
+
+# ------------------------------------------------------------------ connection handling on /infer
+# Inference requests take a shorter path than the other routes (server/frontends/http_transport.py);
+# these check that it keeps HTTP/1.1's connection rules: pipelining in order, Connection: close,
+# HTTP/1.0, a client that leaves before its answer.
+
+
+def _infer_request(target: str, body: bytes, *extra: str, version: str = "HTTP/1.1") -> bytes:
+    head = [f"POST {target} {version}", "Host: tcli", f"Content-Length: {len(body)}", *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def _read_response(stream: Any) -> tuple[int, dict[str, str], bytes]:
+    """One response from a socket's file object: status, headers (lower-cased names), body."""
+    status = int(stream.readline().split()[1])
+    headers = {}
+    while (line := stream.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode().partition(":")
+        headers[name.strip().lower()] = value.strip()
+    body = stream.read(int(headers.get("content-length", "0")))
+    return status, headers, body
+
+
+def _connect(server: RunningServer) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", server.port), timeout=30)
+
+
+def test_pipelined_requests_are_answered_in_order(small_server: RunningServer) -> None:
+    first = json.dumps({**_simple_json(), "id": "first"}).encode()
+    second = json.dumps({**_simple_json(), "id": "second"}).encode()
+    wrong = json.dumps(_simple_json(datatype="FP32")).encode()
+    requests = (
+        _infer_request("/v2/models/simple/infer", first)
+        + b"GET /v2/health/ready HTTP/1.1\r\nHost: tcli\r\n\r\n"
+        + _infer_request("/v2/models/simple/infer?trace=1", second)
+        + _infer_request("/v2/models/simple/versions/1/infer", wrong)
+        + _infer_request("/v2/models/nope/infer", first)
+    )
+    with _connect(small_server) as sock, sock.makefile("rb") as stream:
+        sock.sendall(requests)  # all in one write: the server reads them together
+        answers = [_read_response(stream) for _ in range(5)]
+    assert [status for status, _, _ in answers] == [200, 200, 200, 400, 404]
+    assert json.loads(answers[0][2])["id"] == "first"
+    assert answers[1][2] == b""
+    assert json.loads(answers[2][2])["id"] == "second"
+    assert "data-type is 'FP32'" in json.loads(answers[3][2])["error"]
+    assert json.loads(answers[4][2]) == {"error": "Request for unknown model: 'nope' is not found"}
+    assert all(answer[1]["content-type"] == "application/json" for answer in answers if answer[2])
+
+
+@pytest.mark.parametrize(
+    ("extra", "version"), [(("Connection: close",), "HTTP/1.1"), ((), "HTTP/1.0")], ids=["close", "http1.0"]
+)
+def test_infer_without_keep_alive_closes_after_the_answer(
+    small_server: RunningServer, extra: tuple[str, ...], version: str
+) -> None:
+    body = json.dumps(_simple_json()).encode()
+    with _connect(small_server) as sock, sock.makefile("rb") as stream:
+        sock.sendall(_infer_request("/v2/models/simple/infer", body, *extra, version=version))
+        status, headers, answer = _read_response(stream)
+        assert status == 200 and json.loads(answer)["outputs"][0]["data"] == list(range(1, 17))
+        assert headers["connection"] == "close"
+        assert stream.read() == b""  # the server closed the connection
+
+
+def test_a_client_leaving_before_its_answer_loses_nothing_for_the_others(small_server: RunningServer) -> None:
+    body = json.dumps(_simple_json()).encode()
+    for _ in range(20):
+        with _connect(small_server) as sock:
+            sock.sendall(_infer_request("/v2/models/simple/infer", body))
+    with _connect(small_server) as sock, sock.makefile("rb") as stream:
+        for _ in range(3):  # keep-alive: one connection, several requests
+            sock.sendall(_infer_request("/v2/models/simple/infer", body))
+            status, headers, answer = _read_response(stream)
+            assert status == 200 and "connection" not in headers
+            assert json.loads(answer)["outputs"][0]["data"] == list(range(1, 17))

@@ -233,3 +233,70 @@ def test_requests_split_across_reads_on_several_connections_are_answered_whole()
         assert answer.count(b"HTTP/1.1 200 OK") == 3
         bodies = [part.rsplit(b"\r\n\r\n", 1)[-1] for part in answer.split(b"HTTP/1.1 ")[1:]]
         assert bodies == [f"c{c}r{r}..".encode() for r in range(3)]
+
+
+# An inference request's answer starts outside any task and only becomes one when it has to wait
+# (http_transport._resume): it must then see its future's result, exception or cancellation as a
+# task-run coroutine would.
+
+
+def _started(coroutine: Any) -> Any:
+    """Start `coroutine` by hand, as the fast path does; the future it waits on."""
+    waiting = coroutine.send(None)
+    assert isinstance(waiting, asyncio.Future)
+    return waiting
+
+
+def test_a_coroutine_started_outside_a_task_resumes_with_its_futures_outcomes() -> None:
+    from server.frontends.http_transport import _resume
+
+    async def answer(first: asyncio.Future[int], second: asyncio.Future[int]) -> None:
+        seen.append(await first)
+        try:
+            await second
+        except ValueError as error:
+            seen.append(str(error))
+        await asyncio.sleep(0)  # a bare yield, as asyncio.sleep(0) makes
+        seen.append("done")
+
+    seen: list[object] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        first, second = loop.create_future(), loop.create_future()
+        coroutine = answer(first, second)
+        task = loop.create_task(_resume(coroutine, _started(coroutine)))
+        loop.call_later(0.01, first.set_result, 7)
+        loop.call_later(0.02, second.set_exception, ValueError("bad"))
+        await task
+
+    asyncio.run(main())
+    assert seen == [7, "bad", "done"]
+
+
+def test_cancelling_the_resumed_task_cancels_the_coroutine() -> None:
+    from server.frontends.http_transport import _resume
+
+    outcome: list[str] = []
+
+    async def answer(future: asyncio.Future[int]) -> None:
+        try:
+            await future
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+            raise
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        coroutine = answer(future)
+        task = loop.create_task(_resume(coroutine, _started(coroutine)))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            outcome.append("task cancelled")
+
+    asyncio.run(main())
+    assert outcome == ["cancelled", "task cancelled"]
