@@ -8,6 +8,13 @@ the loop writes a request straight to an idle instance's process and reads the r
 every instance busy wait in a queue of the loop's, which each completion drains, first come first
 served.
 
+When every instance is busy, the next waiting batch is sent behind a running one (one per instance,
+when its inputs ride in the message): the instance process reads it as soon as it finishes, instead
+of idling until the loop gets a core to take the result and hand over the next batch. On two cores
+shared by two busy instances, a client and the server, that wait was ~12% of an instance's time.
+The batch behind counts as started when the one ahead of it completes (its statistics' queue time
+ends then).
+
 Everything here runs on the loop's thread except `forward`, `wake` and `settle`. Requests submitted
 from elsewhere (streams, callers without a loop) still go through the scheduler to the worker
 threads, which pass them on to the loop once it is attached; a worker also runs a batch itself when
@@ -35,7 +42,8 @@ if TYPE_CHECKING:
 
 
 class LoopModel(Protocol):
-    """An instance that takes a batch without a thread (ProcessModel)."""
+    """An instance that takes a batch without a thread (ProcessModel); `can_queue(requests)`, when
+    it has one, says whether a batch may be sent while another runs."""
 
     def start_batch(
         self,
@@ -66,6 +74,16 @@ def can_dispatch(instances: Sequence[object]) -> bool:
     return bool(instances) and all(callable(getattr(i, "start_batch", None)) for i in instances)
 
 
+class _Sent:
+    """A batch handed to an instance, and when it counts as started."""
+
+    __slots__ = ("batch", "start")
+
+    def __init__(self, batch: list[WorkItem], start: int) -> None:
+        self.batch = batch
+        self.start = start
+
+
 class LoopDispatcher:
     def __init__(
         self, runner: Runner, instances: Sequence[LoopModel], busy: Sequence[threading.Lock]
@@ -74,6 +92,7 @@ class LoopDispatcher:
         self._instances = list(instances)
         self._busy = list(busy)
         self._held = [False] * len(self._instances)  # busy locks the dispatcher holds (loop thread)
+        self._out: list[deque[_Sent]] = [deque() for _ in self._instances]  # sent, not done: <= 2
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread = 0  # the loop's thread
         self.waiting: deque[list[WorkItem]] = deque()
@@ -98,7 +117,7 @@ class LoopDispatcher:
         return True
 
     def _pump(self) -> None:
-        """Start waiting batches on the free instances."""
+        """Start waiting batches on the free instances; then queue behind the busy ones."""
         count = len(self._instances)
         while self.waiting and not self._ended:
             for step in range(count):
@@ -106,21 +125,38 @@ class LoopDispatcher:
                 if not self._held[index] and self._busy[index].acquire(blocking=False):
                     break
             else:
-                return  # all busy: the next completion calls again
+                self._queue_behind()
+                return  # the next completion calls again
             self._next = (index + 1) % count
             self._held[index] = True
+            self._start(index, self.waiting.popleft())
+
+    def _queue_behind(self) -> None:
+        count = len(self._instances)
+        for step in range(count):
+            if not self.waiting:
+                return
+            index = (self._next + step) % count
+            if len(self._out[index]) != 1:  # one behind at most; an instance a worker runs is not ours
+                continue
+            can_queue = getattr(self._instances[index], "can_queue", None)
+            if can_queue is None or not can_queue([item.request for item in self.waiting[0]]):
+                continue
             self._start(index, self.waiting.popleft())
 
     def _start(self, index: int, batch: list[WorkItem]) -> None:
         assert self.loop is not None
         self.running += 1
         start, channels = self._runner.begin(batch)
+        sent = _Sent(batch, start)
+        out = self._out[index]
+        out.append(sent)
 
         def done(results: list[InferenceResponse | TritonError | None]) -> None:
             if threading.get_ident() == self._thread:
-                self._done(index, batch, start, results)
+                self._done(index, sent, results)
             else:  # the process's reader thread, before the loop took over reading it
-                self._call_soon(self._done, index, batch, start, results)
+                self._call_soon(self._done, index, sent, results)
 
         try:
             started = self._instances[index].start_batch(
@@ -128,33 +164,51 @@ class LoopDispatcher:
             )
         except Exception as exc:  # e.g. an input pickle refuses: this batch fails, the instance goes on
             error = exc if isinstance(exc, TritonError) else internal(f"{type(exc).__name__}: {exc}")
-            self._done(index, batch, start, [error] * len(batch))
+            self._done(index, sent, [error] * len(batch))
             return
-        if not started:  # its process is down: a thread starts it again and runs the batch
-            threading.Thread(target=self._restart, args=(index, batch), daemon=True).start()
+        if started:
+            return
+        if len(out) > 1:  # its process died under the batch ahead: this one waits again
+            out.remove(sent)
+            self.running -= 1
+            self.waiting.appendleft(batch)
+            return
+        # its process is down: a thread starts it again and runs the batch
+        threading.Thread(target=self._restart, args=(index, sent), daemon=True).start()
 
     def _done(
         self,
         index: int,
-        batch: list[WorkItem],
-        start: int,
+        sent: _Sent,
         results: list[InferenceResponse | TritonError | None],
     ) -> None:
+        out = self._out[index]
+        ahead = out[0] is sent
+        out.remove(sent)
+        if ahead and out:  # the instance goes on to the batch sent behind this one
+            following, now = out[0], time.monotonic_ns()
+            following.start = now
+            for item in following.batch:
+                item.started_ns = now
         self._release(index)  # the next batch first: the instance works while this one completes
-        self._runner.settle(batch, results, start)
+        self._runner.settle(sent.batch, results, sent.start)
 
     def _release(self, index: int) -> None:
         self.running -= 1
-        if self._held[index]:
+        if self._held[index] and not self._out[index]:
             self._held[index] = False
             self._busy[index].release()
         self._pump()
 
-    def _restart(self, index: int, batch: list[WorkItem]) -> None:
+    def _restart(self, index: int, sent: _Sent) -> None:
         try:
-            self._runner.run_batch(index, batch)  # execute_channels() starts a new process
+            self._runner.run_batch(index, sent.batch)  # execute_channels() starts a new process
         finally:
-            self._call_soon(self._release, index)
+            self._call_soon(self._restarted, index, sent)
+
+    def _restarted(self, index: int, sent: _Sent) -> None:
+        self._out[index].remove(sent)
+        self._release(index)
 
     def _accept(self, batch: list[WorkItem]) -> None:
         self.waiting.append(batch)

@@ -161,3 +161,93 @@ def test_small_and_large_tensors_both_ways(loop: Loop, pair: ModelRunner, count:
     )
     assert np.array_equal(outputs(echoed)["OUT"], data * 2)
     assert np.array_equal(outputs(made)["OUT"], np.arange(count, dtype=np.int32) * 2)
+
+
+# each execute() sleeps PARAMETER ms and says which process ran it and when it began
+SLEEPER = """
+import json
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            began = time.monotonic()
+            time.sleep(json.loads(request.parameters())["ms"] / 1000)
+            data = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUT", (data * 2).astype(np.int32)),
+                pb_utils.Tensor("PID", np.array([os.getpid()], dtype=np.int64)),
+                pb_utils.Tensor("BEGAN", np.array([began], dtype=np.float64)),
+            ]))
+        return responses
+"""
+
+
+@pytest.fixture
+def sleepers(tmp_path: Path) -> Iterator[ModelRunner]:
+    extra = 'output [{ name: "BEGAN" data_type: TYPE_FP64 dims: [ 1 ] }]'
+    runner = make_runner(tmp_path, "pp", SLEEPER, count=2, extra=extra)
+    yield runner
+    runner.stop(10)
+
+
+def test_batches_sent_behind_busy_instances_count_only_their_own_time(
+    loop: Loop, sleepers: ModelRunner
+) -> None:
+    """Six 100 ms requests on two instances: each instance runs three back to back (the ones behind
+    were sent while it was busy), and the statistics give each its own ~100 ms of compute and the
+    rest as queue time, as when the loop hands a batch over only once the instance is free."""
+    milliseconds = 100
+    dispatcher = sleepers._dispatcher
+    assert dispatcher is not None
+    waiting: list[int] = []
+    answers = loop.infer(
+        sleepers,
+        [request([i], ms=milliseconds) for i in range(6)],
+        then=lambda: waiting.append(len(dispatcher.waiting)),
+    )
+    assert waiting == [2]  # two running, one sent behind each, two left on the loop
+    assert [values(result) for result, _ in answers] == [[2 * i] for i in range(6)]
+    runs: dict[int, list[float]] = {}
+    for result, _ in answers:
+        runs.setdefault(int(outputs(result)["PID"][0]), []).append(float(outputs(result)["BEGAN"][0]))
+    assert sorted(len(began) for began in runs.values()) == [3, 3]
+    for began in runs.values():  # back to back: each began as the one before it ended
+        gaps = [later - earlier for earlier, later in zip(sorted(began), sorted(began)[1:], strict=False)]
+        assert all(milliseconds / 1000 <= gap < 2 * milliseconds / 1000 for gap in gaps), gaps
+    stats = sleepers.stats
+    compute_ms = stats.compute_infer.ns / stats.compute_infer.count / 1e6
+    queue_ms = stats.queue.ns / stats.queue.count / 1e6
+    assert stats.success.count == 6
+    assert milliseconds <= compute_ms < 1.5 * milliseconds, compute_ms
+    assert queue_ms > 0.5 * milliseconds, queue_ms  # four of six waited for an instance
+
+
+def test_large_inputs_wait_for_a_free_instance(loop: Loop, sleepers: ModelRunner) -> None:
+    """A batch whose inputs go through the instance's shared-memory arena is never sent behind
+    another: the arena holds one batch. Four such requests still all complete, right."""
+    count = INLINE_LIMIT // 4 + 1
+    data = np.arange(count, dtype=np.int32)
+    big = [
+        InferenceRequest(
+            "pp", "", f"b{i}", [Tensor("IN", "INT32", (count,), data + i)], parameters={"ms": 50}
+        )
+        for i in range(4)
+    ]
+    seen: list[int] = []
+    dispatcher = sleepers._dispatcher
+    assert dispatcher is not None
+
+    def after_all_in() -> None:
+        seen.append(len(dispatcher.waiting))
+
+    answers = loop.infer(sleepers, big, then=after_all_in)
+    assert seen == [2]  # two running, two waiting on the loop (none sent behind)
+    for i, (result, _) in enumerate(answers):
+        assert np.array_equal(outputs(result)["OUT"], (data + i) * 2)

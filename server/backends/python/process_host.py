@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from server.backends.base import InstanceSpec, ModelContext, RequestModel
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.host import HostSpec, ResponseChannel, answered
-from server.backends.python.shm import InputArena, RingReader
+from server.backends.python.shm import InputArena, RingReader, fits_inline
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceResponse
 
@@ -118,6 +118,14 @@ class ProcessModel(RequestModel):
         process.attach(loop)
         process.start(next(self._batch_ids), requests, channels, self._inputs, done)
         return True
+
+    def can_queue(self, requests: list[InferenceRequest]) -> bool:
+        """Whether a batch may be sent while another one runs: the process is up and the inputs ride
+        in the message (the input arena holds one batch, which the process may not have read yet)."""
+        process = self._process
+        if process is None or process.dead:
+            return False
+        return fits_inline([t for r in requests for t in r.inputs])
 
     def execute_channels(
         self, requests: list[InferenceRequest], channels: Sequence[ResponseChannel] | None

@@ -76,6 +76,10 @@ class _Worker:
         # one lock orders every message out, and the ring space they take (RLock: a message that
         # needs a larger ring asks for it while holding the lock)
         self._lock = threading.RLock()
+        # the server asked us to echo "handover" (it then reads us on its event loop): sent by whoever
+        # holds the lock next, never waited for by the answers thread, which must stay free to
+        # deliver the answer a lock holder may be waiting for (a larger ring)
+        self._handover = False
         self._calls: dict[int, _Call] = {}
         self._call_ids = itertools.count(1)
         self._arena = ArenaView()
@@ -87,7 +91,13 @@ class _Worker:
     # the pipe ----------------------------------------------------------------------------------------
     def send(self, message: tuple[Any, ...]) -> None:
         with self._lock:
-            self._conn.send_bytes(pickle.dumps(message, _PROTOCOL))
+            self._send_locked(pickle.dumps(message, _PROTOCOL))
+
+    def _send_locked(self, data: bytes) -> None:
+        if self._handover:
+            self._handover = False
+            self._conn.send_bytes(pickle.dumps(("handover",), _PROTOCOL))
+        self._conn.send_bytes(data)
 
     def call(self, kind: str, payload: Any) -> Any:
         """Ask the server and wait for its answer; its error becomes a TritonModelException."""
@@ -128,7 +138,7 @@ class _Worker:
         self._arena.close()
         with self._lock:
             self._ring.close()
-            self._conn.send_bytes(pickle.dumps(("stopped",), _PROTOCOL))
+            self._send_locked(pickle.dumps(("stopped",), _PROTOCOL))
         _exit()
 
     def _read_answers(self) -> None:
@@ -139,7 +149,14 @@ class _Worker:
                 if call is not None:
                     call.answers.put(message[2:])
             elif message[0] == "handover":  # the server reads us elsewhere from this message on
-                self.send(("handover",))
+                self._handover = True
+                if self._lock.acquire(blocking=False):  # else the holder sends it with its message
+                    try:
+                        if self._handover:
+                            self._handover = False
+                            self._conn.send_bytes(pickle.dumps(("handover",), _PROTOCOL))
+                    finally:
+                        self._lock.release()
 
     # the model ---------------------------------------------------------------------------------------
     def _execute(
@@ -185,7 +202,7 @@ class _Worker:
             except Exception as exc:  # e.g. an output numpy cannot copy: these requests fail
                 error = ("e", "INTERNAL", f"{type(exc).__name__}: {exc}")
                 encoded, end = [None if r is None else error for r in results], None
-            self._conn.send_bytes(pickle.dumps((kind, *header, encoded, end), _PROTOCOL))
+            self._send_locked(pickle.dumps((kind, *header, encoded, end), _PROTOCOL))
 
     # BLS ---------------------------------------------------------------------------------------------
     def _bls(

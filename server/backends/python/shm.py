@@ -83,6 +83,11 @@ def space(arrays: Sequence[np.ndarray[Any, Any] | None]) -> int:
     return sum(_aligned(a.nbytes) for a in arrays if a is not None)
 
 
+def fits_inline(tensors: Sequence[Tensor]) -> bool:
+    """Whether `tensors` ride in the message rather than through a segment (InputArena.write)."""
+    return sum(_aligned(t.data.nbytes) for t in tensors if t.data.dtype != object) <= INLINE_LIMIT
+
+
 def write(
     buf: memoryview, offset: int, tensors: Sequence[Tensor], arrays: Sequence[np.ndarray[Any, Any] | None]
 ) -> list[TensorMeta]:
