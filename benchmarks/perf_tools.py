@@ -34,7 +34,8 @@ LOW, HIGH = 0.90, 1.10
 MODEL, DELAY_MS, INSTANCES = "perf_delay", 5.0, 8
 BUSY_PCT = 85  # a side using this much of its core is saturated
 # The target rows take the median of three alternated pairs of short runs (500 ms windows hold
-# 90-750 perf_delay requests); the info rows take the run's rounds.
+# 90-750 perf_delay requests); --quick takes one pair of 400 ms windows (to stay under 2 minutes);
+# the info rows take the run's rounds.
 TARGET_ROUNDS, TARGET_WINDOW_MS = 3, 500
 
 
@@ -105,9 +106,9 @@ def _compare(
 
 
 def rows(ctx: Context, server: Server, setup: str, client_cpus: Sequence[int] | None) -> list[Row]:
-    target = replace(ctx.windows, interval_ms=TARGET_WINDOW_MS)
+    target = replace(ctx.windows, interval_ms=ctx.pick(TARGET_WINDOW_MS, 400))
     plans = (
-        (MODEL, False, target, max(TARGET_ROUNDS, ctx.rounds)),
+        (MODEL, False, target, max(ctx.pick(TARGET_ROUNDS, 1), ctx.rounds)),
         ("add_sub", True, ctx.windows, ctx.rounds),
     )
     result = []
