@@ -798,6 +798,7 @@ class InferenceRequest:
         self._timeout = timeout
         self._preferred_memory = preferred_memory or PreferredMemory(TRITONSERVER_MEMORY_CPU)
         self._trace = trace or InferenceTrace()
+        self._parameters_json: str | None
         self._parameters, self._parameters_json = _parameters_json(parameters)
         self._sender: InferenceResponseSender | None = None
         self._cancelled: Callable[[], bool] | None = None
@@ -825,6 +826,8 @@ class InferenceRequest:
 
     def parameters(self) -> str:
         """The request parameters as a JSON string."""
+        if self._parameters_json is None:  # a request the server made: encoded when first asked
+            self._parameters_json = json.dumps(self._parameters, separators=(",", ":"))  # as Triton has it
         return self._parameters_json
 
     def requested_output_names(self) -> set[str]:
@@ -1599,9 +1602,7 @@ def new_execute_request(
     request._preferred_memory = PreferredMemory(TRITONSERVER_MEMORY_CPU)
     request._trace = InferenceTrace()
     request._parameters = dict(parameters or {})
-    request._parameters_json = json.dumps(
-        request._parameters, separators=(",", ":")
-    )  # as Triton hands it over
+    request._parameters_json = None  # parameters() encodes them: most models never ask
     request._sender = response_sender
     request._cancelled = is_cancelled or (lambda: False)
     request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
