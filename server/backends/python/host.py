@@ -138,6 +138,7 @@ class PythonModel(RequestModel):
         self._scope = pb_utils.ModelScope(self.name, self.version, spec.version_dir)
         self._config_json = spec.config_json
         self._outputs = [o["name"] for o in spec.config_json.get("output", [])]
+        self._output_names = frozenset(self._outputs)
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self._config_json)
         self._loop: asyncio.AbstractEventLoop | None = None  # for coroutine execute(), started when needed
         self._loop_thread: threading.Thread | None = None
@@ -347,13 +348,14 @@ class PythonModel(RequestModel):
             error = result.error()
             assert error is not None
             return TritonError(ErrorCode[pb_utils.error_code_name(error)], error.message())
-        wanted = {o.name for o in request.outputs} or set(self._outputs)
+        wanted = {o.name for o in request.outputs} if request.outputs else self._output_names
         outputs = []
         for tensor in result.output_tensors():
-            if tensor.name() not in wanted:
+            name = tensor.name()
+            if name not in wanted:
                 continue
             data = pb_utils.tensor_storage(tensor)
             datatype = pb_utils.dtype_to_wire(tensor.triton_dtype())
-            outputs.append(Tensor(tensor.name(), datatype, tuple(int(d) for d in data.shape), data))
-        parameters = pb_utils.response_parameters(result)
-        return InferenceResponse(self.name, self.version, request.id, outputs, dict(parameters))
+            outputs.append(Tensor(name, datatype, data.shape, data))
+        parameters = pb_utils.response_parameters(result)  # a copy already
+        return InferenceResponse(self.name, self.version, request.id, outputs, parameters)
