@@ -189,12 +189,11 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         if cycle is None:
             super().on_headers_complete()
             return
-        self.scope["method"] = "POST"
         self.cycle = cycle  # type: ignore[assignment]
 
     def _fast_cycle(self) -> _FastCycle | None:
         """A _FastCycle when this request can skip ASGI, else None (nothing changed)."""
-        frontend: HttpFrontend | None = getattr(self.app, "infer_direct", None) and self.app
+        frontend: HttpFrontend | None = self.app if hasattr(self.app, "infer_direct") else None
         parser = self.parser
         if (
             frontend is None
@@ -216,8 +215,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         headers = InferHeaders.of(self.headers)
         if not 0 <= headers.content_length <= min(FAST_BODY_LIMIT, frontend.max_input_size):
             return None  # chunked, or large: ASGI streams it and checks its size as it comes
-        cycle = _FastCycle(target[0], target[1], headers)
-        return cycle
+        return _FastCycle(target[0], target[1], headers)
 
     def on_body(self, body: bytes) -> None:
         cycle = self.cycle

@@ -94,10 +94,14 @@ class _Worker:
             self._send_locked(pickle.dumps(message, _PROTOCOL))
 
     def _send_locked(self, data: bytes) -> None:
+        self._send_handover()
+        self._conn.send_bytes(data)
+
+    def _send_handover(self) -> None:
+        """The "handover" echo, if one is owed (the caller holds the lock)."""
         if self._handover:
             self._handover = False
             self._conn.send_bytes(pickle.dumps(("handover",), _PROTOCOL))
-        self._conn.send_bytes(data)
 
     def call(self, kind: str, payload: Any) -> Any:
         """Ask the server and wait for its answer; its error becomes a TritonModelException."""
@@ -152,9 +156,7 @@ class _Worker:
                 self._handover = True
                 if self._lock.acquire(blocking=False):  # else the holder sends it with its message
                     try:
-                        if self._handover:
-                            self._handover = False
-                            self._conn.send_bytes(pickle.dumps(("handover",), _PROTOCOL))
+                        self._send_handover()
                     finally:
                         self._lock.release()
 
