@@ -91,8 +91,9 @@ class LoopDispatcher:
         self._runner = runner
         self._instances = list(instances)
         self._busy = list(busy)
-        self._held = [False] * len(self._instances)  # busy locks the dispatcher holds (loop thread)
-        self._out: list[deque[_Sent]] = [deque() for _ in self._instances]  # sent, not done: <= 2
+        # per instance, the batches sent and not done (at most 2, loop thread); the dispatcher holds an
+        # instance's busy lock exactly while this is not empty
+        self._out: list[deque[_Sent]] = [deque() for _ in self._instances]
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread = 0  # the loop's thread
         self.waiting: deque[list[WorkItem]] = deque()
@@ -122,13 +123,12 @@ class LoopDispatcher:
         while self.waiting and not self._ended:
             for step in range(count):
                 index = (self._next + step) % count
-                if not self._held[index] and self._busy[index].acquire(blocking=False):
+                if not self._out[index] and self._busy[index].acquire(blocking=False):
                     break
             else:
                 self._queue_behind()
                 return  # the next completion calls again
             self._next = (index + 1) % count
-            self._held[index] = True
             self._start(index, self.waiting.popleft())
 
     def _queue_behind(self) -> None:
@@ -195,8 +195,7 @@ class LoopDispatcher:
 
     def _release(self, index: int) -> None:
         self.running -= 1
-        if self._held[index] and not self._out[index]:
-            self._held[index] = False
+        if not self._out[index]:  # its last batch just left it
             self._busy[index].release()
         self._pump()
 
@@ -254,7 +253,7 @@ class LoopDispatcher:
                 self._call_soon(self._fail_waiting)
             else:
                 self._fail_waiting()
-        return [index for index, held in enumerate(self._held) if held]
+        return [index for index, out in enumerate(self._out) if out]
 
     def _loop_runs(self) -> bool:
         return self.loop is not None and self.loop.is_running()
