@@ -42,7 +42,8 @@ def start(server: str, repository: Path) -> subprocess.Popen[bytes]:
         command = [str(REFERENCE / "tritonserver"), "--model-repository", str(repository), *ports]
     else:
         implementation, _, source = server.partition("@")
-        command = [sys.executable, "-c", "from tcli.main import run; run()"]
+        # -P: the working directory (this tree, when run from it) must not come before PYTHONPATH's
+        command = [sys.executable, "-P", "-c", "from tcli.main import run; run()"]
         command += ["serve", "--model-repository", str(repository), *ports]
         command += ["--grpc-implementation", implementation]
         if source:  # that tree's `server` and `tcli` packages come first on the path
