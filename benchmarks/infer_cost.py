@@ -48,7 +48,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from server.app import Server, ServerSettings
-    from server.frontends.http import InferHeaders, create_http_app
+    from server.frontends.http import create_http_app
+    from server.frontends.http_direct import InferHeaders
 
     with tempfile.TemporaryDirectory() as scratch:
         repo = Path(scratch)

@@ -130,12 +130,13 @@ class Server:
             self.manager.start_polling(self.settings.repository_poll_secs)
 
     async def start_frontends(self) -> None:
-        from server.backends.python import bls
+        from server import bls
 
         self._bls = bls.install(self.service, asyncio.get_running_loop())
         settings = self.settings
         if settings.allow_http:
-            from server.frontends.http import create_http_app, serve_http
+            from server.frontends.http import create_http_app
+            from server.frontends.http_server import serve_http
 
             app = create_http_app(
                 self.service,
@@ -147,7 +148,7 @@ class Server:
             self.http_port = handle.port
             self._handles.append(handle)
         if settings.allow_metrics:
-            from server.frontends.http import serve_http
+            from server.frontends.http_server import serve_http
             from server.frontends.metrics import create_metrics_app
 
             handle = await serve_http(create_metrics_app(self.manager), settings.host, settings.metrics_port)
@@ -172,7 +173,7 @@ class Server:
             await handle.shutdown()
         self._handles.clear()
         if self._bls is not None:
-            from server.backends.python import bls
+            from server import bls
 
             bls.uninstall(self._bls)
             self._bls = None

@@ -182,7 +182,7 @@ class InferenceService:
         return config.max_batch_size > 0, inputs
 
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
-        from server.config.write import to_json_dict
+        from server.protocol.config_json import to_json_dict
 
         model = self._ready_model(name, version)
         assert model.config is not None

@@ -1,4 +1,6 @@
-"""The one small interface every backend implements, and the dispatch from a config to a backend.
+"""The one small interface every backend implements: what a backend is given to load a model
+(`ModelContext`, `InstanceSpec`) and the two shapes of loaded instance. The table that picks a backend
+for a config lives above the backends, in registry.py.
 
 Two shapes of model: framework models (onnxruntime, pytorch, tensorrt) take merged tensors, so the
 scheduler merges requests into one batch and splits the outputs; python models take the list of
@@ -11,8 +13,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from server.protocol.errors import ErrorCode, TritonError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -29,6 +29,21 @@ class InstanceSpec:
     name: str  # Triton's instance names: <group name>_<index>
     kind: str  # KIND_CPU | KIND_GPU | KIND_MODEL
     device_id: int = 0
+
+
+def instance_specs(config: ModelConfig) -> list[InstanceSpec]:
+    """instance_group count x kind (x gpus) -> the instances to create, named <group>_<index>."""
+    specs = []
+    for group in config.instance_group:
+        kind = group.Kind.Name(group.kind)
+        # a GPU group without gpus (none visible) still yields instances, so their load fails clearly
+        devices = (list(group.gpus) or [0]) if kind == "KIND_GPU" else [0]
+        index = 0
+        for device in devices:
+            for _ in range(max(group.count, 1)):
+                specs.append(InstanceSpec(f"{group.name}_{index}", kind, device))
+                index += 1
+    return specs
 
 
 @dataclass(frozen=True)
@@ -69,33 +84,3 @@ class RequestModel(ABC):
 
     def unload(self) -> None:  # noqa: B027
         """Call the model's finalize and release what it holds."""
-
-
-def load_instance(context: ModelContext, instance: InstanceSpec) -> TensorModel | RequestModel:
-    """Load one instance with the backend the config names (imports the framework only now)."""
-    backend = context.config.backend
-    if instance.kind == "KIND_GPU":
-        from server.backends.devices import require_gpu
-
-        require_gpu(context.config.name, backend)
-    if backend == "onnxruntime":
-        from server.backends.onnxruntime import OnnxModel
-
-        return OnnxModel(context, instance)
-    if backend == "pytorch":
-        from server.backends.pytorch import TorchScriptModel
-
-        return TorchScriptModel(context, instance)
-    if backend == "python":
-        from server.backends.python import placement
-
-        return placement.load(context, instance)
-    if backend == "tensorrt":
-        from server.backends.tensorrt import TensorRTModel
-
-        return TensorRTModel(context, instance)
-    raise TritonError(
-        ErrorCode.UNAVAILABLE,
-        f"backend '{backend}' of model '{context.config.name}' is not served by tcli "
-        "(it serves onnxruntime, pytorch, python, tensorrt and ensembles)",
-    )

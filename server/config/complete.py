@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-    from server.repository.layout import ModelFolder
+    from server.config.model_folder import ModelFolder
 
 # --backend-config=onnxruntime,default-max-batch-size (Triton's default is 4)
 ONNX_DEFAULT_MAX_BATCH_SIZE = 4
@@ -124,7 +124,7 @@ def _auto_complete_onnx(config: ModelConfig, model_file: Path) -> None:
 
 def _auto_complete_python(config: ModelConfig, model_file: Path) -> None:
     from server.backends.python.autocomplete import auto_complete_config
-    from server.config.write import from_json_dict, to_json_dict
+    from server.protocol.config_json import from_json_dict, to_json_dict
 
     completed = auto_complete_config(model_file, to_json_dict(config))
     config.CopyFrom(from_json_dict(completed))

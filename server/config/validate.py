@@ -20,7 +20,7 @@ from server.config.problems import Problem, Severity
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-    from server.repository.layout import ModelFolder
+    from server.config.model_folder import ModelFolder
 
 _CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING")
 _FALSE_TRUE_FIELDS = ("int32_false_true", "fp32_false_true", "bool_false_true")
@@ -159,7 +159,7 @@ def validate_completed(
 
 
 def _check_versions(config: ModelConfig, folder: ModelFolder, found: Findings) -> None:
-    from server.repository.layout import select_versions
+    from server.config.model_folder import select_versions
 
     m = config.name
     for name in folder.ignored:

@@ -1,9 +1,8 @@
-"""Write a ModelConfig back as canonical pbtxt, and as Triton's REST JSON."""
+"""Write a ModelConfig back as canonical pbtxt (its JSON form is protocol/config_json.py)."""
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -14,86 +13,3 @@ def to_pbtxt(config: ModelConfig) -> str:
     from google.protobuf import text_format
 
     return text_format.MessageToString(config, indent=2)
-
-
-def to_json_dict(config: ModelConfig) -> dict[str, Any]:
-    """Triton's JSON form (what GET /v2/models/<m>/config answers): snake_case names, every scalar
-    with its default, enums as names, int64 fields as numbers (protobuf's own printer writes int64 as
-    strings), keys in the order the schema declares the fields and map entries sorted by key, as
-    Triton's C++ printer writes them (Python's printer puts set fields first, then the defaults)."""
-    from google.protobuf import json_format
-
-    data = json_format.MessageToDict(
-        config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-    )
-    return _canonical_message(data, config.DESCRIPTOR)
-
-
-def from_json_dict(data: dict[str, Any]) -> ModelConfig:
-    from google.protobuf import json_format
-
-    from server.config.parse import new_config
-
-    return json_format.ParseDict(data, new_config())
-
-
-@functools.cache
-def _int64_types() -> frozenset[int]:
-    from google.protobuf.descriptor import FieldDescriptor
-
-    return frozenset(
-        {
-            FieldDescriptor.TYPE_INT64,
-            FieldDescriptor.TYPE_UINT64,
-            FieldDescriptor.TYPE_SINT64,
-            FieldDescriptor.TYPE_FIXED64,
-            FieldDescriptor.TYPE_SFIXED64,
-        }
-    )
-
-
-def _canonical_message(value: Any, descriptor: Any) -> Any:
-    """Keys in declaration order, int64 values as numbers, recursively."""
-    if not isinstance(value, dict):
-        return value
-    out: dict[str, Any] = {}
-    for field in descriptor.fields:
-        if field.name not in value:
-            continue
-        item = value[field.name]
-        if field.message_type is not None and field.message_type.GetOptions().map_entry:
-            # map entries sorted by key, as Triton's printer writes them (Python's order is the hash
-            # table's, which changes from one process to the next); integer keys sort as numbers
-            value_field = field.message_type.fields_by_name["value"]
-            numeric = field.message_type.fields_by_name["key"].cpp_type in _integer_cpp_types()
-            keys = sorted(item, key=int) if numeric else sorted(item)
-            out[field.name] = {k: _canonical_item(item[k], value_field) for k in keys}
-        elif field.is_repeated:
-            out[field.name] = [_canonical_item(v, field) for v in item]
-        else:
-            out[field.name] = _canonical_item(item, field)
-    for key, item in value.items():  # nothing the descriptor does not know is dropped
-        out.setdefault(key, item)
-    return out
-
-
-@functools.cache
-def _integer_cpp_types() -> frozenset[int]:
-    from google.protobuf.descriptor import FieldDescriptor
-
-    return frozenset(
-        {
-            FieldDescriptor.CPPTYPE_INT32,
-            FieldDescriptor.CPPTYPE_INT64,
-            FieldDescriptor.CPPTYPE_UINT32,
-            FieldDescriptor.CPPTYPE_UINT64,
-        }
-    )
-
-
-def _canonical_item(item: Any, field: Any) -> Any:
-    if field.message_type is not None:
-        return _canonical_message(item, field.message_type)
-    if field.type in _int64_types() and isinstance(item, str):
-        return int(item)
-    return item

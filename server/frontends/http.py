@@ -24,18 +24,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import re
-import socket
-import zlib
 from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import orjson
 
+from server.frontends.http_content import compress, decompress, response_encoding, too_large
+from server.frontends.http_direct import InferHeaders
 from server.protocol.errors import ErrorCode, TritonError, invalid_arg, unavailable, unsupported
+from server.protocol.generate_codec import GENERATE_ONE_RESPONSE, decode_generate, encode_generate
 from server.protocol.json_codec import (
     DEFAULT_MAX_INPUT_SIZE,
     SHM_DISABLED,
@@ -47,10 +46,8 @@ from server.protocol.json_codec import (
     parse_json,
 )
 from server.protocol.shm import SharedMemoryRegistry
-from server.protocol.types import InferenceRequest, Tensor
 
 if TYPE_CHECKING:
-    from server.protocol.types import InferenceResponse
     from server.service import InferenceService, StreamResponse
 
 Scope = MutableMapping[str, Any]
@@ -81,31 +78,6 @@ _LOG_KEYS = ("log_file", "log_info", "log_warning", "log_error", "log_verbose_le
 _TRACE_KEYS = ("trace_file", "trace_level", "trace_rate", "trace_count", "log_frequency", "trace_mode")
 
 
-@dataclass(slots=True)
-class InferHeaders:
-    """What an inference request's headers say about its body and the answer's encoding."""
-
-    content_length: int = -1  # -1: not given (chunked, or no body)
-    header_length: bytes | None = None  # Inference-Header-Content-Length, as sent
-    content_encoding: bytes = b""
-    accept_encoding: bytes = b""
-
-    @classmethod
-    def of(cls, headers: list[tuple[bytes, bytes]]) -> InferHeaders:
-        """From lower-cased (name, value) pairs, as ASGI and the HTTP protocol hold them."""
-        found = cls()
-        for key, value in headers:
-            if key == b"content-length":
-                found.content_length = int(value) if value.isdigit() else -1
-            elif key == b"inference-header-content-length":
-                found.header_length = value
-            elif key == b"content-encoding":
-                found.content_encoding = value
-            elif key == b"accept-encoding":
-                found.accept_encoding = value
-        return found
-
-
 class _HttpError(TritonError):
     """A TritonError whose answer carries extra response headers."""
 
@@ -120,55 +92,6 @@ class _Disconnected(Exception):
 
 def _error_body(message: str) -> bytes:
     return orjson.dumps({"error": message})
-
-
-def _too_large(size: int, limit: int, json_only: bool) -> TritonError:
-    what = "Request JSON size" if json_only else "Request size"
-    return invalid_arg(
-        f"{what} of {size} bytes exceeds the maximum allowed value of {limit} bytes. Use "
-        "--http-max-input-size to increase the limit."
-    )
-
-
-def response_encoding(accept_encoding: str) -> str:
-    """Triton's choice from an Accept-Encoding list: the highest q among gzip, deflate and identity
-    (the first wins a tie); 'identity' when nothing usable is offered."""
-    chosen, weight = "identity", 0.0
-    for item in accept_encoding.split(","):
-        coding, _, params = item.strip().partition(";")
-        coding = coding.strip()
-        quality = 1.0
-        params = params.strip()
-        if params.startswith("q="):
-            try:
-                quality = float(params[2:])
-            except ValueError:
-                continue
-        if coding in ("gzip", "deflate", "identity") and quality > weight:
-            chosen, weight = coding, quality
-    return chosen
-
-
-def _decompress(body: bytes | bytearray, encoding: str, limit: int) -> bytes:
-    """gzip or deflate (a zlib stream, as Triton and tritonclient use; raw deflate is accepted too),
-    never inflating beyond `limit` bytes."""
-    attempts = (31,) if encoding == "gzip" else (15, -15)
-    last_error: Exception | None = None
-    for wbits in attempts:
-        inflater = zlib.decompressobj(wbits)
-        try:
-            data = inflater.decompress(body, limit + 1)
-        except zlib.error as exc:
-            last_error = exc
-            continue
-        if len(data) > limit or inflater.unconsumed_tail:
-            raise _too_large(len(data), limit, json_only=False)
-        return data
-    raise invalid_arg(f"unable to decompress the request body ({encoding}): {last_error}")
-
-
-def _compress(body: bytes, encoding: str) -> bytes:
-    return zlib.compress(body, wbits=31 if encoding == "gzip" else 15)
 
 
 class HttpFrontend:
@@ -258,7 +181,7 @@ class HttpFrontend:
         headers = InferHeaders.of(scope["headers"])
         limit = self.max_input_size
         if headers.content_length > limit:
-            raise _too_large(headers.content_length, limit, headers.header_length is None)
+            raise too_large(headers.content_length, limit, headers.header_length is None)
         body = await _read_body(receive, limit, headers.header_length is None)
         payload, response_headers = await self._infer_body(model, version, headers, body)
         await _respond(send, 200, payload, response_headers)
@@ -302,7 +225,7 @@ class HttpFrontend:
                     "Unsupported compression type",
                     [(b"accept-encoding", b"gzip, deflate")],
                 )
-            body = _decompress(body, encoding, limit)
+            body = decompress(body, encoding, limit)
 
         header_value = headers.header_length
         try:
@@ -338,7 +261,7 @@ class HttpFrontend:
         if headers.accept_encoding:
             chosen = response_encoding(headers.accept_encoding.decode("latin-1"))
             if chosen != "identity":
-                payload = _compress(payload, chosen)
+                payload = compress(payload, chosen)
                 response_headers.append((b"content-encoding", chosen.encode()))
         return payload, response_headers
 
@@ -607,7 +530,7 @@ async def _read_body(receive: Receive, limit: int, json_only: bool) -> bytes | b
     body: bytes = message.get("body", b"")
     if not message.get("more_body", False):
         if len(body) > limit:
-            raise _too_large(len(body), limit, json_only)
+            raise too_large(len(body), limit, json_only)
         return body
     gathered = bytearray(body)
     while True:
@@ -616,7 +539,7 @@ async def _read_body(receive: Receive, limit: int, json_only: bool) -> bytes | b
             raise _Disconnected
         gathered += message.get("body", b"")
         if len(gathered) > limit:
-            raise _too_large(len(gathered), limit, json_only)
+            raise too_large(len(gathered), limit, json_only)
         if not message.get("more_body", False):
             return gathered
 
@@ -659,252 +582,3 @@ def create_http_app(
     (tritonserver --http-max-input-size); `allow_client_shm` enables client system shared memory
     (--allow-client-shm), in `shm_registry` if given (to share the regions with another front end)."""
     return HttpFrontend(service, max_input_size, allow_client_shm, shm_registry)
-
-
-# serving ---------------------------------------------------------------------------------------------
-@dataclass
-class HttpServerHandle:
-    """A running HTTP server: its bound `port`, and `shutdown()` (stop accepting, finish what is in
-    flight, close)."""
-
-    port: int
-    _server: Any
-    _sockets: list[socket.socket]
-    _app: Any
-
-    async def shutdown(self) -> None:
-        server = self._server
-        server.should_exit = True
-        await server.shutdown(sockets=self._sockets)
-        close = getattr(self._app, "close", None)
-        if callable(close):
-            close()
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        sock.bind((host, port))
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-async def serve_http(app: ASGIApp, host: str, port: int) -> HttpServerHandle:
-    """Serve `app` on host:port (0: any free port; the handle tells which) from the running event loop
-    with uvicorn's httptools protocol. Signals are left to the caller; raises OSError when the address
-    cannot be bound."""
-    import uvicorn
-
-    from server.frontends.http_transport import CoalescingHttpToolsProtocol
-
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        http=CoalescingHttpToolsProtocol,
-        loop="none",
-        lifespan="off",
-        ws="none",
-        interface="asgi3",
-        log_config=None,
-        access_log=False,
-        server_header=False,
-        date_header=False,
-        proxy_headers=False,
-        timeout_keep_alive=75,
-        timeout_graceful_shutdown=10,
-    )
-    config.load()
-    server = uvicorn.Server(config)
-    server.lifespan = config.lifespan_class(config)
-    sock = _bind(host, port)
-    try:
-        await server.startup(sockets=[sock])
-    except BaseException:
-        sock.close()
-        raise
-    return HttpServerHandle(int(sock.getsockname()[1]), server, [sock], app)
-
-
-# generate extension ------------------------------------------------------------------------------------
-GENERATE_ONE_RESPONSE = (
-    "generate expects model to produce exactly 1 response, use generate stream for model that generates "
-    "various number of responses"
-)
-_PARAMETER_TYPE = "has invalid type. It should be either 'int', 'bool', or 'string'."
-_ELEMENT_ERRORS = {
-    "BOOL": "Unable to parse 'data': attempt to access JSON non-boolean as boolean",
-    "BYTES": "Unable to parse JSON bytes array: attempt to access JSON non-string as string",
-    "FLOAT": "Unable to parse 'data': attempt to access JSON non-number as double",
-    "INT": "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer",
-    "UINT": "Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer",
-}
-
-
-class _Members(list[tuple[str, Any]]):
-    """A JSON object's members, in document order (duplicates kept)."""
-
-
-def _malformed(message: str) -> TritonError:
-    # Triton answers these with 500; a client's mistake is a 400 here, as for /infer
-    return invalid_arg(message)
-
-
-def _parameter(key: str, value: Any, prefix: str = "") -> Any:
-    if type(value) in (bool, int, float, str):
-        return value
-    raise invalid_arg(f"{prefix}parameter '{key}' {_PARAMETER_TYPE}")
-
-
-def decode_generate(
-    body: bytes | bytearray,
-    model: str,
-    version: str,
-    batching: bool,
-    schema: dict[str, tuple[str, tuple[int, ...]]],
-) -> InferenceRequest:
-    """A generate request body as Triton 2.51 reads it: a JSON object whose keys naming model inputs
-    become tensors (a JSON scalar or a flat array, its shape the input's dims with the one variable
-    dimension, or the batch dimension, worked out from the element count), `id` the request id, the
-    `parameters` object and every other key request parameters (bool, number or string). Errors carry
-    Triton's messages, all INVALID_ARG (Triton answers a malformed body with 500)."""
-    import json
-
-    try:
-        pairs = json.loads(bytes(body), object_pairs_hook=_Members)
-    except ValueError as exc:
-        message = "The document is empty." if not body.strip() else str(exc)
-        raise _malformed(f"failed to parse the request JSON buffer: {message}") from None
-    if not isinstance(pairs, _Members):
-        raise _malformed("attempt to get members for non-object")
-    request_id = ""
-    parameters: dict[str, Any] = {}
-    inputs: list[Tensor] = []
-    seen: set[str] = set()
-    for key, value in pairs:
-        if key == "id":
-            if type(value) is not str:
-                raise _malformed("Unable to parse 'id': attempt to access JSON non-string as string")
-            request_id = value
-            parameters[key] = value
-        elif key == "parameters":
-            if not isinstance(value, _Members):
-                raise _malformed(
-                    "Expected JSON object for keyword: 'parameters': attempt to access JSON non-object as object"
-                )
-            for name, item in value:
-                parameters[name] = _parameter(name, item, "Converting keyword: 'parameters': ")
-        elif key in schema:
-            if key in seen:
-                raise invalid_arg(f"[request id: <id_unknown>] input '{key}' already exists in request")
-            seen.add(key)
-            datatype, dims = schema[key]
-            inputs.append(_generate_tensor(key, value, datatype, dims, batching))
-        else:
-            parameters[key] = _parameter(key, value)
-    return InferenceRequest(model, version, request_id, inputs, [], parameters)
-
-
-def _generate_tensor(name: str, value: Any, datatype: str, dims: tuple[int, ...], batching: bool) -> Tensor:
-    import numpy as np
-
-    from server.protocol import datatypes
-
-    elements = value if type(value) is list else [value]
-    shape = _generate_shape(len(elements), dims, batching)
-    if shape is None:
-        raise invalid_arg(f"The schema can not convert input '{name}' to tensor with proper shape")
-    if any(type(element) is list for element in elements):
-        flat: list[Any] = []
-        pending = list(reversed(elements))
-        while pending:
-            element = pending.pop()
-            if type(element) is list:
-                pending.extend(reversed(element))
-            else:
-                flat.append(element)
-        elements = flat
-    kind = (
-        datatype
-        if datatype in ("BOOL", "BYTES")
-        else "FLOAT"
-        if datatype in ("FP16", "FP32", "FP64", "BF16")
-        else "UINT"
-        if datatype.startswith("UINT")
-        else "INT"
-    )
-    for element in elements:
-        ok = (
-            type(element) is str
-            if kind == "BYTES"
-            else type(element) is bool
-            if kind == "BOOL"
-            else type(element) in (int, float)
-            if kind == "FLOAT"
-            else type(element) is int and (element >= 0 or kind == "INT")
-        )
-        if not ok:
-            raise _malformed(_ELEMENT_ERRORS[kind])
-    if len(elements) != math.prod(shape):
-        raise _malformed("Unable to parse 'data': Shape does not match true shape of 'data' field")
-    if datatype == "BYTES":
-        data = np.empty(len(elements), dtype=object)
-        data[:] = [element.encode() for element in elements]
-    elif datatype == "BF16":
-        floats = np.array(elements, dtype=np.float32)
-        data = (floats.view(np.uint32) >> 16).astype(np.uint16)
-    else:
-        dtype = datatypes.wire_to_numpy(datatype)
-        data = np.array(elements, dtype=np.float64 if kind == "FLOAT" else None).astype(dtype)
-    return Tensor(name, datatype, shape, data.reshape(shape))
-
-
-def _generate_shape(count: int, dims: tuple[int, ...], batching: bool) -> tuple[int, ...] | None:
-    """The input shape for `count` elements: the dims (after the batch dimension when the model
-    batches), the one variable dimension taking what is left; with a variable dimension in the dims
-    the batch is 1. None when the elements do not fit."""
-    shape = [-1, *dims] if batching else list(dims)
-    if batching and -1 in dims:
-        shape[0] = 1
-    free = [index for index, dim in enumerate(shape) if dim < 0]
-    fixed = 1
-    for dim in shape:
-        if dim >= 0:
-            fixed *= dim
-    if not free:
-        return tuple(shape) if fixed == count else None
-    if len(free) > 1 or fixed == 0 or count % fixed:
-        return None
-    shape[free[0]] = count // fixed
-    return tuple(shape)
-
-
-def encode_generate(response: InferenceResponse) -> bytes:
-    """A generate response: `id` (when the request had one), `model_name`, `model_version` and every
-    output by name, its elements as a flat JSON array (a single element unwrapped), keys sorted as
-    Triton writes them."""
-    import numpy as np
-
-    document: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
-    if response.id:
-        document["id"] = response.id
-    for tensor in response.outputs:
-        data = np.asarray(tensor.data).reshape(-1)
-        if tensor.datatype == "BYTES":
-            values: list[Any] = [
-                v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in data.tolist()
-            ]
-        elif tensor.datatype == "BF16":
-            values = (data.astype(np.uint32) << 16).view(np.float32).tolist()
-        else:
-            values = data.tolist()
-        document[tensor.name] = values[0] if len(values) == 1 else values
-    return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)

@@ -30,14 +30,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from server.frontends.http import InferHeaders
-
-if TYPE_CHECKING:
-    from server.frontends.http import HttpFrontend
+from server.frontends.http_direct import DirectInference, InferHeaders
 
 _HEAD_END = b"\r\n\r\n"
 # the fast path's bodies are gathered in memory before anything is answered; larger ones stream
@@ -193,7 +190,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
 
     def _fast_cycle(self) -> _FastCycle | None:
         """A _FastCycle when this request can skip ASGI, else None (nothing changed)."""
-        frontend: HttpFrontend | None = self.app if hasattr(self.app, "infer_direct") else None
+        frontend: DirectInference | None = self.app if hasattr(self.app, "infer_direct") else None
         parser = self.parser
         if (
             frontend is None
@@ -241,7 +238,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         self.tasks.add(task)  # the server's shutdown waits for these
 
     async def _answer(self, cycle: _FastCycle) -> None:
-        frontend: HttpFrontend = self.app
+        frontend: DirectInference = self.app
         status, headers, payload = await frontend.infer_direct(
             cycle.model, cycle.version, cycle.headers, cycle.body
         )

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from server.config import backends
+from server.config.model_folder import select_versions
 from server.config.parse import new_config, read_config
 from server.protocol.errors import TritonError
-from server.repository.layout import scan_repository, select_versions
+from server.repository.layout import scan_repository
 
 
 def index_rows(repositories: list[Path]) -> list[dict[str, Any]]:

@@ -1,53 +1,10 @@
-"""The model repository on disk: model folders, numeric version folders and the version policy."""
+"""A model repository on disk: a folder of model folders (each one read by config/model_folder.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from tritonclient.grpc.model_config_pb2 import ModelVersionPolicy
-
-
-# folders Triton reads from a model folder that are not versions
-DATA_FOLDERS = frozenset({"warmup", "initial_state", "configs"})
-
-
-@dataclass(frozen=True)
-class ModelFolder:
-    """One model's folder in a repository, with the version folders found in it."""
-
-    name: str
-    path: Path
-    repository: Path
-    versions: tuple[int, ...] = ()
-    ignored: tuple[str, ...] = field(default=())  # subfolders Triton skips: not positive integers
-
-    @property
-    def config_path(self) -> Path:
-        return self.path / "config.pbtxt"
-
-    def version_path(self, version: int) -> Path:
-        return self.path / str(version)
-
-
-def is_version_name(name: str) -> bool:
-    """Triton serves only positive integer folder names; names starting with '0' are ignored."""
-    return name.isdigit() and not name.startswith("0")
-
-
-def scan_model(path: Path, repository: Path) -> ModelFolder:
-    versions: list[int] = []
-    ignored: list[str] = []
-    for child in sorted(path.iterdir()):
-        if not child.is_dir() or child.name.startswith(".") or child.name == "__pycache__":
-            continue
-        if is_version_name(child.name):
-            versions.append(int(child.name))
-        elif child.name not in DATA_FOLDERS:
-            ignored.append(child.name)
-    return ModelFolder(path.name, path, repository, tuple(sorted(versions)), tuple(ignored))
+from server.config.model_folder import ModelFolder, scan_model
 
 
 def scan_repository(repository: Path) -> list[ModelFolder]:
@@ -60,15 +17,3 @@ def scan_repository(repository: Path) -> list[ModelFolder]:
         for child in sorted(repository.iterdir())
         if child.is_dir() and not child.name.startswith(".") and child.name != "__pycache__"
     ]
-
-
-def select_versions(policy: ModelVersionPolicy, available: tuple[int, ...]) -> tuple[int, ...]:
-    """The versions a policy serves out of those on disk (latest N by default)."""
-    choice = policy.WhichOneof("policy_choice")
-    if choice == "all":
-        return available
-    if choice == "specific":
-        wanted = set(policy.specific.versions)
-        return tuple(v for v in available if v in wanted)
-    count = policy.latest.num_versions if choice == "latest" else 1
-    return tuple(sorted(available)[-count:]) if count > 0 else ()

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 from server.backends.base import ModelContext
 from server.backends.devices import visible_gpu_count
 from server.config import backends
+from server.config.model_folder import ModelFolder, scan_model, select_versions
 from server.protocol.errors import ErrorCode, TritonError, internal, not_found, unavailable
-from server.repository.layout import ModelFolder, scan_model, scan_repository, select_versions
+from server.repository.layout import scan_repository
 from server.repository.memory import release_freed_memory
 from server.repository.models import ModelState, ServedModel, StatsBook, VersionEntry
 

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from server.config import backends
+from server.config.model_folder import ModelFolder, select_versions
 from server.config.parse import CONFIG_FILENAME, ConfigParseError, SourceText, new_config, read_config
 from server.config.problems import ModelReport, Problem, RepositoryReport
 from server.config.validate import Findings, validate_completed, validate_raw
 from server.protocol.errors import TritonError
-from server.repository.layout import ModelFolder, scan_repository, select_versions
+from server.repository.layout import scan_repository
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from server.backends.base import InstanceSpec, ModelContext, RequestModel, TensorModel, load_instance
+from server.backends.base import ModelContext, RequestModel, TensorModel, instance_specs
+from server.backends.registry import load_instance
 from server.config.validate import enum_name
 from server.protocol import datatypes
 from server.protocol.errors import TritonError, internal
@@ -46,21 +47,6 @@ if TYPE_CHECKING:
 # stall of the event loop delays every other connection's requests.
 INLINE_BUDGET_NS = 500_000
 _EMA_WEIGHT = 0.125  # weight of the newest execution in the average
-
-
-def instance_specs(config: ModelConfig) -> list[InstanceSpec]:
-    """instance_group count x kind (x gpus) -> the instances to create, named <group>_<index>."""
-    specs = []
-    for group in config.instance_group:
-        kind = enum_name(group, "kind")
-        # a GPU group without gpus (none visible) still yields instances, so their load fails clearly
-        devices = (list(group.gpus) or [0]) if kind == "KIND_GPU" else [0]
-        index = 0
-        for device in devices:
-            for _ in range(max(group.count, 1)):
-                specs.append(InstanceSpec(f"{group.name}_{index}", kind, device))
-                index += 1
-    return specs
 
 
 def make_scheduler(config: ModelConfig, model_dir: Path | None = None) -> Scheduler:

@@ -76,7 +76,7 @@ class GrpcClient:
         }
 
     def model_config(self, model: str, version: str = "") -> dict[str, Any]:
-        from server.config.write import to_json_dict
+        from server.protocol.config_json import to_json_dict
 
         answer = self._call("ModelConfig", self._pb.ModelConfigRequest(name=model, version=version))
         return to_json_dict(answer.config)

@@ -115,7 +115,7 @@ def _config_override(path: Path) -> str:
             raise CliError(f"{path} is not valid JSON: {exc}") from None
         return text
     from server.config.parse import parse_config_text
-    from server.config.write import to_json_dict
+    from server.protocol.config_json import to_json_dict
     from server.protocol.errors import TritonError
 
     try:
@@ -153,7 +153,8 @@ def config(
     if format == Format.json:
         _print_json(data)
         return
-    from server.config.write import from_json_dict, to_pbtxt
+    from server.config.write import to_pbtxt
+    from server.protocol.config_json import from_json_dict
 
     print(to_pbtxt(from_json_dict(data)), end="")
 

@@ -135,8 +135,8 @@ def scaffold(
 ) -> None:
     """Create <repository>/<name>/config.pbtxt and <name>/1/<model file> from a model file."""
     from server.config import scaffold as sc
+    from server.config.model_folder import scan_model
     from server.protocol.errors import TritonError
-    from server.repository.layout import scan_model
     from server.repository.validation import validate_model
 
     try:

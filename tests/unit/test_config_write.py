@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from server.config.complete import complete_config
+from server.config.model_folder import scan_model
 from server.config.parse import parse_config_text, read_config
-from server.config.write import from_json_dict, to_json_dict, to_pbtxt
-from server.repository.layout import scan_model
+from server.config.write import to_pbtxt
+from server.protocol.config_json import from_json_dict, to_json_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from server.frontends.http import _generate_shape, decode_generate, encode_generate
 from server.protocol.errors import ErrorCode, TritonError
+from server.protocol.generate_codec import _generate_shape, decode_generate, encode_generate
 from server.protocol.types import InferenceResponse, Tensor
 
 SCHEMA = {

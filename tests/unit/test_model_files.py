@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from server.config.write import to_json_dict
+from server.protocol.config_json import to_json_dict
 from server.repository.validation import validate_repositories
 from tests.repo_builder import ONNX_CONFIG, add_model, add_onnx_simple, write_onnx_add_sub
 

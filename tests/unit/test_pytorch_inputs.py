@@ -20,7 +20,7 @@ from server.backends.base import InstanceSpec, ModelContext
 from server.backends.pytorch import TorchScriptModel
 from server.config.complete import complete_config
 from server.config.parse import read_config
-from server.repository.layout import scan_model
+from server.config.model_folder import scan_model
 
 repository = Path("model_repository")
 folder = scan_model(repository / "digits_torchscript", repository)

@@ -110,7 +110,7 @@ class HostSpec:
 
     @classmethod
     def of(cls, context: ModelContext, instance: InstanceSpec) -> HostSpec:
-        from server.config.write import to_json_dict
+        from server.protocol.config_json import to_json_dict
 
         config_json = to_json_dict(context.config)
         name, version = context.config.name, str(context.version)

@@ -49,7 +49,7 @@ def process_override(config: ModelConfig) -> bool | None:
 
 
 def instance_count(config: ModelConfig) -> int:
-    from server.scheduling.runner import instance_specs
+    from server.backends.base import instance_specs
 
     return len(instance_specs(config))
 

@@ -71,7 +71,7 @@ class ProcessModel(RequestModel):
         self._spec = HostSpec.of(context, instance)
         self.name = self._spec.name
         self.version = self._spec.version
-        # one scope per instance: BLS (bls.py) tells the instances waiting on its requests apart by it
+        # one scope per instance: BLS (server/bls.py) tells the instances waiting on its requests apart by it
         self._scope = pb_utils.ModelScope(self.name, self.version, self._spec.version_dir)
         self.instance = instance.name
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self._spec.config_json)

@@ -1,0 +1,48 @@
+"""The small interface between the HTTP front end and its transport's fast path: what the transport
+reads off an inference request's headers (`InferHeaders`) and what it asks of the front end
+(`DirectInference`, which `http.HttpFrontend` implements). The transport knows only this module, so
+the front end can be served by any transport and the transport by any app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(slots=True)
+class InferHeaders:
+    """What an inference request's headers say about its body and the answer's encoding."""
+
+    content_length: int = -1  # -1: not given (chunked, or no body)
+    header_length: bytes | None = None  # Inference-Header-Content-Length, as sent
+    content_encoding: bytes = b""
+    accept_encoding: bytes = b""
+
+    @classmethod
+    def of(cls, headers: list[tuple[bytes, bytes]]) -> InferHeaders:
+        """From lower-cased (name, value) pairs, as ASGI and the HTTP protocol hold them."""
+        found = cls()
+        for key, value in headers:
+            if key == b"content-length":
+                found.content_length = int(value) if value.isdigit() else -1
+            elif key == b"inference-header-content-length":
+                found.header_length = value
+            elif key == b"content-encoding":
+                found.content_encoding = value
+            elif key == b"accept-encoding":
+                found.accept_encoding = value
+        return found
+
+
+class DirectInference(Protocol):
+    """An app that answers a whole inference request outside ASGI."""
+
+    max_input_size: int  # bodies larger than this are refused
+
+    def infer_target(self, path: bytes) -> tuple[str, str] | None:
+        """(model, version) when `path` (a request target without query) is POST-able inference."""
+
+    async def infer_direct(
+        self, model: str, version: str, headers: InferHeaders, body: bytes | bytearray
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """(status, headers without content-length, body) of the answer; never raises."""

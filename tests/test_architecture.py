@@ -1,0 +1,207 @@
+"""The house keeps its shape: imports point down the request path, no two modules import each other,
+and no module grows past a size a newcomer can read without a reason written at its top.
+
+The layers, top to bottom, are the ones server/README.md draws. Every import counts, wherever it is
+written: at the top of a module, inside a function (a lazy import is still a dependency) and under
+`if TYPE_CHECKING:` (a reader still has to know the other module). Read with the standard library's
+`ast`, so nothing is imported to check it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# server/'s layers, top to bottom; a module belongs to the layer of its longest matching prefix
+SERVER_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("composition root", ("server.app",)),
+    ("front ends", ("server.frontends",)),
+    ("core service", ("server.service", "server.bls", "server.classification")),
+    ("repository", ("server.repository",)),
+    ("scheduling", ("server.scheduling", "server.request_checks", "server.stats")),
+    ("model configuration", ("server.config",)),
+    ("backends", ("server.backends",)),
+    ("protocol", ("server.protocol",)),
+)
+# modules longer than this say why at the top of their docstring, in a paragraph starting "Long:"
+MAX_LINES = 600
+
+
+def _modules(package: str) -> dict[str, Path]:
+    found = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = {**_modules("server"), **_modules("tcli")}
+
+
+def _owner(name: str) -> str | None:
+    """The project module an imported name lives in (a package's own name when it is one)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports_in(source: str, module: str, is_package: bool) -> Iterator[tuple[str, int]]:
+    """Every project module that `source` (the text of `module`) imports, with the line."""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package[: len(package) - (node.level - 1)]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            # `from package import module` names a module; `from module import name` names the module
+            names = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names
+            ]
+        else:
+            continue
+        for name in names:
+            owner = _owner(name)
+            if owner is not None and owner != module:
+                yield owner, node.lineno
+
+
+def _imports(module: str) -> Iterator[tuple[str, int]]:
+    path = MODULES[module]
+    return _imports_in(path.read_text(), module, path.name == "__init__.py")
+
+
+GRAPH = {module: sorted(set(_imports(module))) for module in MODULES}
+
+
+def _layer(module: str) -> int | None:
+    best: tuple[int, int] | None = None  # (prefix length, layer index)
+    for index, (_, prefixes) in enumerate(SERVER_LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (
+                best is None or len(prefix) > best[0]
+            ):
+                best = (len(prefix), index)
+    return None if best is None else best[1]
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target, _ in GRAPH[module]:
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in GRAPH:
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_every_server_module_has_a_layer() -> None:
+    unplaced = [m for m in MODULES if m.startswith("server.") and _layer(m) is None]
+    assert not unplaced, f"add these modules to SERVER_LAYERS (and to server/README.md): {unplaced}"
+
+
+def test_no_two_modules_import_each_other() -> None:
+    cycles = _cycles()
+    assert not cycles, "import loops (move what both sides need below them, or pass it in): " + "; ".join(
+        " <-> ".join(cycle) for cycle in cycles
+    )
+
+
+def test_server_imports_point_down_the_request_path() -> None:
+    upward = []
+    for module, targets in GRAPH.items():
+        here = _layer(module)
+        if here is None:
+            continue
+        for target, line in targets:
+            there = _layer(target)
+            if there is not None and there < here:
+                upward.append(
+                    f"{MODULES[module].relative_to(ROOT)}:{line}: {module} ({SERVER_LAYERS[here][0]}) imports "
+                    f"{target} ({SERVER_LAYERS[there][0]})"
+                )
+    assert not upward, "imports that point up the request path:\n" + "\n".join(upward)
+
+
+def test_the_server_never_imports_the_cli() -> None:
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items()
+        if module.startswith("server")
+        for target, _ in targets
+        if target.startswith("tcli")
+    ]
+    assert not wrong, wrong
+
+
+def test_a_long_module_says_why() -> None:
+    unexplained = []
+    for path in MODULES.values():
+        text = path.read_text()
+        lines = text.count("\n")
+        docstring = ast.get_docstring(ast.parse(text)) or ""
+        if lines > MAX_LINES and "\nLong: " not in f"\n{docstring}":
+            unexplained.append(f"{path.relative_to(ROOT)} ({lines} lines)")
+    assert not unexplained, (
+        "split these modules at their seams, or say why each is one module in a paragraph of its "
+        "docstring starting 'Long: ': " + ", ".join(unexplained)
+    )
+
+
+def test_the_reader_finds_imports_of_every_kind() -> None:
+    """The checks above mean something only if lazy, type-only, relative and package-style imports are
+    all seen."""
+    source = """
+from __future__ import annotations
+from typing import TYPE_CHECKING
+import numpy
+from server.protocol.errors import TritonError
+from server.backends import base
+from . import registry
+if TYPE_CHECKING:
+    from server.service import InferenceService
+def load():
+    from server.scheduling.runner import ModelRunner
+    import server.stats
+"""
+    found = dict(_imports_in(source, "server.backends.onnxruntime", is_package=False))
+    assert found == {
+        "server.protocol.errors": 5,
+        "server.backends.base": 6,
+        "server.backends.registry": 7,
+        "server.service": 9,
+        "server.scheduling.runner": 11,
+        "server.stats": 12,
+    }
