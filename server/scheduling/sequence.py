@@ -11,13 +11,11 @@ Admission (`enqueue`), in Triton's order and with its messages:
   request of that ID needs START again.
 
 Slots: every instance has `max_batch_size` slots (1 without batching), or `max_candidate_sequences`
-with `oldest`. A starting sequence takes the free slot Triton would give it: free slots sit in a
-binary heap ordered by slot number only, exactly as libstdc++'s std::priority_queue keeps them, so
-ties between instances break the way they do in Triton (2 instances x 4 slots hand out (0,0), (1,0),
-(1,1), (0,1), (0,2) ... -- checked against Triton 2.51; which instance Triton counts as the first
-follows the order its instances finished loading, tcli's is the instance_group order). With no free slot the sequence goes to the
-backlog; its later requests join it there, in order. A freed slot goes to the oldest backlogged
-sequence (all its requests move into the slot) or back to the heap.
+with `oldest`. A starting sequence takes the free slot Triton would give it (`sequence_slots` keeps
+the free slots in Triton's order; which instance Triton counts as the first follows the order its
+instances finished loading, tcli's is the instance_group order). With no free slot the sequence goes
+to the backlog; its later requests join it there, in order. A freed slot goes to the oldest
+backlogged sequence (all its requests move into the slot) or back to the heap.
 
 `direct` (the default): the worker of instance i asks `next_batch(i)`; a batch holds one request
 per slot, for slots 0 .. the highest slot that has a request now; slots below it without a request,
@@ -34,59 +32,41 @@ at a time: its next request is issued when the previous one completes, so a batc
 request per sequence. An END request releases the slot when it is issued; a backlogged sequence
 that takes the slot over starts once that END request has completed.
 
-Control tensors (never sent by clients): START, END, READY from `int32_false_true`, `fp32_false_true`
-or `bool_false_true` ([false, true], dtype INT32 / FP32 / BOOL), CORRID with its `data_type`:
-UINT64/INT64/UINT32/INT32 take the low 64/32 bits of the ID (two's complement for the signed ones);
-a string ID gives the bytes Triton copies (its uint32 length, little-endian, then the UTF-8 bytes,
-cut or zero-padded to the width). Shape [1, 1] per request with batching, [1] without.
-TYPE_STRING gives the ID as one BYTES element (an integer ID in decimal). Real Triton 2.51 fails
-every request of such a model with the python backend ("unexpected number of string elements 2 for
-inference input 'CORRID', expecting 1"); tcli gives the value the documentation describes.
+The control tensors (START, END, READY, CORRID) are built in `sequence_controls`, the implicit state
+(`state`) in `sequence_state`.
 
 Idle sequences: every request refreshes its sequence's timestamp. One reaper thread per scheduler
 sleeps until the oldest timestamp is `max_sequence_idle_microseconds` old (default 1 s), then
 force-ends the sequence: its correlation ID is forgotten (a later request without START gets the
 START error) and its slot is released once the requests it already queued have run. The model sees
 nothing of this. A sequence still in the backlog is not ended; it is looked at again every 50 ms.
-
-Implicit state (`state`): each slot keeps the sequence's state tensors. A request gets them as the
-inputs `input_name`; START (or a slot that never had a state) starts from `initial_state`
-(zero_data, or data_file under <model>/initial_state/; without one: zeros, a variable dimension
-being 1). The output `output_name` of a successful response becomes the state of the sequence's
-next request, and is dropped from the response unless the client asked for it (or, asking for no
-output in particular, the config declares it). A failed request leaves the state as it was. Triton
-2.51 does the same for ONNX models; its python backend receives the input state but never updates
-it (every request sees the initial state) -- tcli updates it for python models too.
 """
 
 from __future__ import annotations
 
-import struct
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from server.config.validate import enum_name
-from server.protocol import datatypes
 from server.protocol.errors import invalid_arg, unavailable
-from server.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from server.protocol.types import InferenceRequest, InferenceResponse, Tensor
 from server.scheduling.batch import batch_key
+from server.scheduling.sequence_controls import Array, CorrelationId, add_controls, flag_controls
+from server.scheduling.sequence_slots import RELEASE, Backlog, Entry, Instance, SlotRef, heap_pop, heap_push
+from server.scheduling.sequence_state import StateSpec, attach_state, state_specs
 from server.scheduling.work import Scheduler, WorkItem
 
 if TYPE_CHECKING:
-    from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelSequenceBatching
+    from pathlib import Path
+
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
 
     from server.protocol.errors import TritonError
-    from server.scheduling.dynamic_batcher import DynamicBatcher
 
-CorrelationId = int | str
-Array = np.ndarray[Any, Any]
 KeyFn = Callable[[InferenceRequest], Hashable]
 
 DEFAULT_IDLE_US = 1_000_000
@@ -104,228 +84,6 @@ class NullItem(WorkItem):
 
 def _no_completion(result: InferenceResponse | TritonError) -> None:
     """Null requests have nobody to answer."""
-
-
-# --- control tensors ------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class _FlagControl:
-    name: str
-    kind: str  # CONTROL_SEQUENCE_START | _END | _READY
-    wire: str  # INT32 | FP32 | BOOL
-    dtype: np.dtype[Any]
-    values: tuple[Any, Any]  # (false, true)
-
-
-@dataclass(frozen=True, slots=True)
-class _CorridControl:
-    name: str
-    wire: str  # UINT64 | INT64 | UINT32 | INT32 | BYTES
-    dtype: np.dtype[Any]
-
-
-def _flag_controls(
-    sequence_batching: ModelSequenceBatching,
-) -> tuple[list[_FlagControl], _CorridControl | None]:
-    flags: list[_FlagControl] = []
-    corrid: _CorridControl | None = None
-    for control_input in sequence_batching.control_input:
-        for control in control_input.control:
-            kind = enum_name(control, "kind")
-            if kind == "CONTROL_SEQUENCE_CORRID":
-                wire = datatypes.config_to_wire(enum_name(control, "data_type"))
-                dtype = np.dtype(object) if wire == "BYTES" else np.dtype(datatypes.wire_to_numpy(wire))
-                corrid = _CorridControl(control_input.name, wire, dtype)
-                continue
-            if len(control.int32_false_true):
-                wire, values = "INT32", tuple(control.int32_false_true)
-            elif len(control.fp32_false_true):
-                wire, values = "FP32", tuple(control.fp32_false_true)
-            else:
-                wire, values = "BOOL", tuple(control.bool_false_true)
-            dtype = np.dtype(datatypes.wire_to_numpy(wire))
-            flags.append(_FlagControl(control_input.name, kind, wire, dtype, (values[0], values[1])))
-    return flags, corrid
-
-
-def corrid_array(correlation_id: CorrelationId, control: _CorridControl, shape: tuple[int, ...]) -> Array:
-    """The CORRID control value for `correlation_id`, as Triton fills it for the control's data type."""
-    if control.wire == "BYTES":
-        return np.array([str(correlation_id).encode()], dtype=object).reshape(shape)
-    width = control.dtype.itemsize
-    if isinstance(correlation_id, str):
-        encoded = correlation_id.encode()
-        raw = (struct.pack("<I", len(encoded)) + encoded)[:width].ljust(width, b"\0")
-    else:
-        raw = (int(correlation_id) % (1 << (8 * width))).to_bytes(width, "little")
-    return np.frombuffer(raw, dtype=control.dtype.newbyteorder("<")).astype(control.dtype).reshape(shape)
-
-
-# --- implicit state -------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class _StateSpec:
-    input_name: str
-    output_name: str
-    wire: str
-    initial: Array  # with the batch dimension when the model batches
-
-
-def _state_specs(config: ModelConfig, model_dir: Path | None) -> list[_StateSpec]:
-    """The `state` entries with their initial values; raises Triton's load errors for bad ones."""
-    batched = config.max_batch_size > 0
-    specs = []
-    for state in config.sequence_batching.state:
-        wire = datatypes.config_to_wire(enum_name(state, "data_type"))
-        if len(state.initial_state) > 1:
-            raise invalid_arg(
-                f"initial_state field for state input '{state.input_name}' must contain exactly one or zero "
-                f"element. Found '{len(state.initial_state)}' elements."
-            )
-        if state.initial_state:
-            initial = _initial_state(state, model_dir, wire)
-        else:  # Triton leaves it uninitialized; a variable dimension is 1
-            dims = tuple(1 if d < 0 else int(d) for d in state.dims)
-            initial = _zeros(wire, dims)
-        if batched:
-            initial = initial.reshape((1, *initial.shape))
-        initial.setflags(write=False)
-        specs.append(_StateSpec(state.input_name, state.output_name, wire, initial))
-    return specs
-
-
-def _initial_state(state: Any, model_dir: Path | None, wire: str) -> Array:
-    initial = state.initial_state[0]
-    name = state.input_name
-    if initial.data_type != state.data_type:
-        raise invalid_arg(
-            f"The data type used for 'initial_state' field of state '{name}' does not match the state data type."
-        )
-    if not initial.name:
-        raise invalid_arg(f"Field 'name' must be set when using initial_state for state input '{name}'.")
-    if len(initial.dims) != len(state.dims):
-        raise invalid_arg(
-            "Number of dimensions in 'initial_state' doesn't match the size of 'state' dimensions for state "
-            f"input '{name}'. {len(initial.dims)} != {len(state.dims)}"
-        )
-    for dim, state_dim in zip(initial.dims, state.dims, strict=True):
-        if dim < 0:
-            raise invalid_arg(
-                f"'initial_state' field for state input name '{name}' contains variable dimensions."
-            )
-        if state_dim >= 0 and dim != state_dim:
-            raise invalid_arg(
-                f"'initial_state' dim for input name '{name}' doesn't match 'state' dim description. "
-                f"{dim} != {state_dim}"
-            )
-    dims = tuple(int(d) for d in initial.dims)
-    which = initial.WhichOneof("state_data")
-    if which == "zero_data":
-        return _zeros(wire, dims)
-    if which != "data_file":
-        raise invalid_arg(f"initial_state setting expects state'{name}' to have state_data set")
-    path = (model_dir or Path(".")) / "initial_state" / initial.data_file
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise invalid_arg(f"failed to open text file for read {path}: {exc.strerror}") from None
-    if wire == "BYTES":
-        return _deserialize_bytes(raw, dims, name)
-    dtype = np.dtype(datatypes.wire_to_numpy(wire))
-    size = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
-    if size > len(raw):
-        raise invalid_arg(
-            f"initial_state setting expects {size} bytes, but the data provided from {initial.data_file}only has "
-            f"{len(raw)} bytes."
-        )
-    return np.frombuffer(raw[:size], dtype=dtype).reshape(dims).copy()
-
-
-def _zeros(wire: str, dims: tuple[int, ...]) -> Array:
-    if wire == "BYTES":
-        return np.full(dims, b"", dtype=object)
-    return np.zeros(dims, dtype=datatypes.wire_to_numpy(wire))
-
-
-def _deserialize_bytes(raw: bytes, dims: tuple[int, ...], name: str) -> Array:
-    """Triton's serialized BYTES layout: per element a little-endian uint32 length, then the bytes."""
-    values: list[bytes] = []
-    offset = 0
-    while offset + 4 <= len(raw):
-        (length,) = struct.unpack_from("<I", raw, offset)
-        values.append(raw[offset + 4 : offset + 4 + length])
-        offset += 4 + length
-    count = int(np.prod(dims, dtype=np.int64))
-    if len(values) < count:
-        raise invalid_arg(
-            f"initial_state data for state input '{name}' holds {len(values)} of {count} strings"
-        )
-    return np.array(values[:count], dtype=object).reshape(dims)
-
-
-# --- slot bookkeeping -----------------------------------------------------------------------------
-SlotRef = tuple[int, int]  # (instance index, slot)
-
-
-def _heap_sift_up(heap: list[SlotRef], hole: int, top: int, value: SlotRef) -> None:
-    """libstdc++ __push_heap with Triton's comparator (a lower slot number is the higher priority)."""
-    parent = (hole - 1) // 2
-    while hole > top and heap[parent][1] > value[1]:
-        heap[hole] = heap[parent]
-        hole = parent
-        parent = (hole - 1) // 2
-    heap[hole] = value
-
-
-def heap_push(heap: list[SlotRef], value: SlotRef) -> None:
-    heap.append(value)
-    _heap_sift_up(heap, len(heap) - 1, 0, value)
-
-
-def heap_pop(heap: list[SlotRef]) -> SlotRef:
-    """std::priority_queue::pop as libstdc++ does it (pop_heap + __adjust_heap), so that slots with
-    equal numbers come out in the order Triton hands them out."""
-    top = heap[0]
-    value = heap[-1]
-    length = len(heap) - 1
-    hole = child = 0
-    while child < (length - 1) // 2:
-        child = 2 * (child + 1)
-        if heap[child][1] > heap[child - 1][1]:  # comp(right, left): right has the higher slot number
-            child -= 1
-        heap[hole] = heap[child]
-        hole = child
-    if length % 2 == 0 and length >= 2 and child == (length - 2) // 2:
-        child = 2 * (child + 1)
-        heap[hole] = heap[child - 1]
-        hole = child - 1
-    heap.pop()
-    if length:
-        _heap_sift_up(heap, hole, 0, value)
-    return top
-
-
-# A queued entry: the request and its batch key; (None, None) is the reaper's release marker.
-_Entry = tuple[WorkItem | None, Hashable]
-_RELEASE: _Entry = (None, None)
-
-
-@dataclass(eq=False)
-class _Backlog:
-    correlation_id: CorrelationId
-    entries: deque[_Entry] = field(default_factory=deque)
-
-
-class _Instance:
-    """One instance's slots: their queues, the sequence in each, and the per-slot state."""
-
-    def __init__(self, slots: int, lock: threading.Lock) -> None:
-        self.queues: list[deque[_Entry]] = [deque() for _ in range(slots)]
-        self.occupant: list[CorrelationId | None] = [None] * slots
-        self.states: list[dict[str, Array] | None] = [None] * slots
-        self.in_flight = [False] * slots  # oldest: a request of the slot is in the dynamic batcher
-        self.max_active = -1  # direct: the highest slot that may hold requests
-        self.ready = threading.Condition(lock)  # direct: this instance's worker waits here
-        self.batcher: DynamicBatcher | None = None  # oldest
-        self.done = False  # its worker was told there is nothing more
 
 
 class SequenceScheduler(Scheduler):
@@ -355,21 +113,21 @@ class SequenceScheduler(Scheduler):
         idle_us = int(sequence_batching.max_sequence_idle_microseconds) or DEFAULT_IDLE_US
         self._idle_ns = idle_us * 1000
         self._shape = (1, 1) if self.batched else (1,)
-        self._flags, self._corrid = _flag_controls(sequence_batching)
+        self._flags, self._corrid = flag_controls(sequence_batching)
         self._control_names = frozenset(
             [f.name for f in self._flags] + ([self._corrid.name] if self._corrid else [])
         )
         self._key: KeyFn = self._python_key if config.backend == "python" else self._tensor_key
         self._declared_outputs = [o.name for o in config.output]
-        self._states: list[_StateSpec] = []
-        self._state_outputs: dict[str, _StateSpec] = {}
+        self._states: list[StateSpec] = []
+        self._state_outputs: dict[str, StateSpec] = {}
 
         self._lock = threading.Lock()
-        self._instances: list[_Instance] = []
+        self._instances: list[Instance] = []
         self._free: list[SlotRef] = []
         self._slots: dict[CorrelationId, SlotRef] = {}
-        self._backlog: dict[CorrelationId, _Backlog] = {}
-        self._backlogs: deque[_Backlog] = deque()
+        self._backlog: dict[CorrelationId, Backlog] = {}
+        self._backlogs: deque[Backlog] = deque()
         self._seen: OrderedDict[CorrelationId, int] = OrderedDict()  # last request time, oldest first
         self._queued = 0  # requests in slot queues and the backlog (not yet in a batch / batcher)
         self._closed = False
@@ -381,10 +139,10 @@ class SequenceScheduler(Scheduler):
     def prepare(self, instance_count: int) -> None:
         """Create the slots of `instance_count` instances and read the initial states (raising
         TritonError as Triton fails the load)."""
-        self._states = _state_specs(self._config, self._model_dir)
+        self._states = state_specs(self._config, self._model_dir)
         self._state_outputs = {spec.output_name: spec for spec in self._states}
         count = max(1, instance_count)
-        self._instances = [_Instance(self.slots_per_instance, self._lock) for _ in range(count)]
+        self._instances = [Instance(self.slots_per_instance, self._lock) for _ in range(count)]
         self._free = []
         for index in range(count):
             for slot in range(self.slots_per_instance):
@@ -418,8 +176,8 @@ class SequenceScheduler(Scheduler):
                 f"inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
             )
         start, end = request.sequence_start, request.sequence_end
-        entry: _Entry = (item, self._key(request))
-        self._add_controls(request, True)
+        entry: Entry = (item, self._key(request))
+        add_controls(request, self._flags, self._corrid, self._shape, True)
         now = time.monotonic_ns()
         with self._lock:
             ref = self._slots.get(correlation_id)
@@ -444,7 +202,7 @@ class SequenceScheduler(Scheduler):
                     self._slots[correlation_id] = ref
                 else:
                     if backlog is None:
-                        backlog = _Backlog(correlation_id)
+                        backlog = Backlog(correlation_id)
                         self._backlogs.append(backlog)
                         if not end:
                             self._backlog[correlation_id] = backlog
@@ -495,28 +253,6 @@ class SequenceScheduler(Scheduler):
     def _tensor_key(self, request: InferenceRequest) -> Hashable:
         return batch_key(request, self.batched)
 
-    def _add_controls(self, request: InferenceRequest, ready: bool) -> None:
-        shape = self._shape
-        inputs = request.inputs
-        for control in self._flags:
-            if control.kind == "CONTROL_SEQUENCE_READY":
-                flag = ready
-            elif control.kind == "CONTROL_SEQUENCE_START":
-                flag = ready and request.sequence_start
-            else:
-                flag = ready and request.sequence_end
-            data = np.full(shape, control.values[flag], dtype=control.dtype)
-            inputs.append(Tensor(control.name, control.wire, shape, data))
-        corrid = self._corrid
-        if corrid is not None:
-            if ready:
-                data = corrid_array(request.correlation_id, corrid, shape)
-            elif corrid.wire == "BYTES":
-                data = np.full(shape, b"", dtype=object)
-            else:
-                data = np.zeros(shape, dtype=corrid.dtype)
-            inputs.append(Tensor(corrid.name, corrid.wire, shape, data))
-
     # bookkeeping (under the lock) ------------------------------------------------------------------
     def _touch(self, correlation_id: CorrelationId, now: int) -> None:
         seen = self._seen
@@ -531,7 +267,7 @@ class SequenceScheduler(Scheduler):
         elif was_empty and not self._reaper_sleeping_until:
             self._reaper_wake.notify()
 
-    def _to_slot(self, ref: SlotRef, correlation_id: CorrelationId, entry: _Entry) -> None:
+    def _to_slot(self, ref: SlotRef, correlation_id: CorrelationId, entry: Entry) -> None:
         index, slot = ref
         instance = self._instances[index]
         instance.queues[slot].append(entry)
@@ -564,7 +300,7 @@ class SequenceScheduler(Scheduler):
         heap_push(self._free, (index, slot))
         return False
 
-    def _drain_backlog(self, index: int, instance: _Instance) -> None:
+    def _drain_backlog(self, index: int, instance: Instance) -> None:
         """After close: give the backlog this instance's slots that have nothing left to do, so that
         every queued request still runs."""
         for slot in range(self.slots_per_instance):
@@ -577,44 +313,12 @@ class SequenceScheduler(Scheduler):
                     self._seen.pop(correlation_id, None)
                 self._release(index, slot)
 
-    def _attach_state(self, instance: _Instance, slot: int, item: WorkItem) -> None:
-        """Give the request its sequence's state inputs, make the model produce the state outputs, and
-        keep them (out of the response, unless the client asked for them) when it completes."""
-        store = instance.states[slot]
-        request = item.request
-        if store is None or request.sequence_start:
-            store = {spec.input_name: spec.initial for spec in self._states}
-            instance.states[slot] = store
-        for spec in self._states:
-            value = store[spec.input_name]
-            request.inputs.append(Tensor(spec.input_name, spec.wire, tuple(value.shape), value))
-        asked = {o.name for o in request.outputs}
-        if not asked:
-            request.outputs = [RequestedOutput(name) for name in self._declared_outputs]
-        wanted = asked or set(self._declared_outputs)
-        for spec in self._states:
-            if spec.output_name not in wanted:
-                request.outputs.append(RequestedOutput(spec.output_name))
-        state_outputs = self._state_outputs
-        original = item.complete
-
-        def complete(result: InferenceResponse | TritonError) -> None:
-            if isinstance(result, InferenceResponse):
-                kept = []
-                for tensor in result.outputs:
-                    spec = state_outputs.get(tensor.name)
-                    if spec is not None:
-                        store[spec.input_name] = np.array(tensor.data, copy=True)
-                        if tensor.name not in wanted:
-                            continue
-                    kept.append(tensor)
-                result.outputs = kept
-            original(result)
-
-        item.complete = complete
+    def _attach_state(self, instance: Instance, slot: int, item: WorkItem) -> None:
+        """The slot's implicit state in and out of the request (see sequence_state)."""
+        attach_state(self._states, self._state_outputs, self._declared_outputs, instance.states, slot, item)
 
     # direct ----------------------------------------------------------------------------------------
-    def _next_direct(self, index: int, instance: _Instance) -> list[WorkItem] | None:
+    def _next_direct(self, index: int, instance: Instance) -> list[WorkItem] | None:
         while True:
             ready = 0
             top = -1
@@ -650,7 +354,7 @@ class SequenceScheduler(Scheduler):
                 continue
             instance.ready.wait(timeout)
 
-    def _take_direct(self, index: int, instance: _Instance, top: int) -> list[WorkItem]:
+    def _take_direct(self, index: int, instance: Instance, top: int) -> list[WorkItem]:
         """One request per slot 0..top, null requests where a slot has none (or one that cannot join)."""
         items: list[WorkItem | None] = [None] * (top + 1)
         first: WorkItem | None = None
@@ -690,13 +394,13 @@ class SequenceScheduler(Scheduler):
         request = InferenceRequest(
             like.model_name, like.model_version, inputs=inputs, outputs=list(like.outputs)
         )
-        self._add_controls(request, False)
+        add_controls(request, self._flags, self._corrid, self._shape, False)
         item = NullItem(request, 1, _no_completion)
         item.started_ns = now
         return item
 
     # oldest ----------------------------------------------------------------------------------------
-    def _oldest_issue(self, index: int, instance: _Instance, slot: int) -> None:
+    def _oldest_issue(self, index: int, instance: Instance, slot: int) -> None:
         """Send the slot's next request to the instance's dynamic batcher (Triton's CompleteAndNext)."""
         queue = instance.queues[slot]
         while True:
@@ -725,7 +429,7 @@ class SequenceScheduler(Scheduler):
     def _oldest_completion(
         self,
         index: int,
-        instance: _Instance,
+        instance: Instance,
         slot: int,
         original: Callable[[InferenceResponse | TritonError], None],
     ) -> Callable[[InferenceResponse | TritonError], None]:
@@ -736,7 +440,7 @@ class SequenceScheduler(Scheduler):
 
         return complete
 
-    def _oldest_maybe_done(self, index: int, instance: _Instance) -> None:
+    def _oldest_maybe_done(self, index: int, instance: Instance) -> None:
         if instance.done:
             return
         self._drain_backlog(index, instance)
@@ -777,7 +481,7 @@ class SequenceScheduler(Scheduler):
                     del self._seen[correlation_id]
                     del self._slots[correlation_id]
                     instance = self._instances[index]
-                    instance.queues[slot].append(_RELEASE)
+                    instance.queues[slot].append(RELEASE)
                     if instance.batcher is not None:
                         if not instance.in_flight[slot]:
                             self._oldest_issue(index, instance, slot)

@@ -24,7 +24,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from server.scheduling.sequence import NullItem, SequenceScheduler, heap_pop, heap_push
+from server.scheduling.sequence import NullItem, SequenceScheduler
+from server.scheduling.sequence_slots import heap_pop, heap_push
 from server.scheduling.work import WorkItem
 
 STRATEGIES = pytest.mark.parametrize(
