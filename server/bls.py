@@ -31,6 +31,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from server.backends.python import triton_python_backend_utils as pb_utils
+from server.backends.python.pb_utils import host_api as pb_host
+from server.backends.python.pb_utils import requests as pb_requests
+from server.backends.python.pb_utils import scope as pb_scope
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceRequest, RequestedOutput, Tensor
 
@@ -54,15 +57,15 @@ def to_server_request(
     change its caller's arrays); BYTES elements given as str are sent as UTF-8, as over the wire."""
     inputs = []
     for tensor in request.inputs():
-        array = pb_utils.tensor_storage(tensor)
+        array = pb_host.tensor_storage(tensor)
         if array.dtype == np.object_ and any(isinstance(v, str) for v in array.flat):
             array = np.array([v.encode() if isinstance(v, str) else v for v in array.flat], np.object_)
-            array = array.reshape(pb_utils.tensor_storage(tensor).shape)
+            array = array.reshape(pb_host.tensor_storage(tensor).shape)
         view = array.view()
         view.flags.writeable = False
-        wire = pb_utils.dtype_to_wire(tensor.triton_dtype())
+        wire = pb_host.dtype_to_wire(tensor.triton_dtype())
         inputs.append(Tensor(tensor.name(), wire, tuple(int(d) for d in array.shape), view))
-    parameters: dict[str, Any] = dict(pb_utils.request_parameters(request))
+    parameters: dict[str, Any] = dict(pb_host.request_parameters(request))
     correlation_id, flags = request.correlation_id(), request.flags()
     if correlation_id not in (0, ""):
         parameters["sequence_id"] = correlation_id
@@ -87,7 +90,7 @@ def to_pb_response(response: InferenceResponse | None) -> pb_utils.InferenceResp
     if response is None:
         return pb_utils.InferenceResponse([])
     tensors = [
-        pb_utils.tensor_from_storage(t.name, t.data, pb_utils.wire_to_dtype(t.datatype))
+        pb_host.tensor_from_storage(t.name, t.data, pb_host.wire_to_dtype(t.datatype))
         for t in response.outputs
     ]
     parameters = {k: v for k, v in response.parameters.items() if isinstance(v, bool | int | str)}
@@ -378,7 +381,7 @@ def _calling_instance(service: InferenceService) -> _Caller | None:
     take other requests meanwhile, or may: a model's own threads (no scope there), a decoupled model
     (its coroutines and threads answer while the instance runs on; only an in-thread instance's
     execute() is known to hold it)."""
-    scope = pb_utils.current_model_scope()
+    scope = pb_scope.current_model_scope()
     if scope is None:
         return None
     try:
@@ -416,7 +419,7 @@ _active_lock = threading.Lock()
 
 def _route(model_name: str) -> BLSExecutor | None:
     """The executor of the server running the calling model (several servers may share a process)."""
-    scope = pb_utils.current_model_scope()
+    scope = pb_scope.current_model_scope()
     with _active_lock:
         executors = list(_active)
     if scope is not None:
@@ -449,7 +452,7 @@ def install(service: InferenceService, loop: asyncio.AbstractEventLoop) -> BLSEx
     executor = BLSExecutor(service, loop)
     with _active_lock:
         _active.append(executor)
-        pb_utils.set_bls_executor(_exec, _async_exec)
+        pb_requests.set_bls_executor(_exec, _async_exec)
     return executor
 
 
@@ -459,4 +462,4 @@ def uninstall(executor: BLSExecutor) -> None:
         with contextlib.suppress(ValueError):
             _active.remove(executor)
         if not _active:
-            pb_utils.set_bls_executor(None)
+            pb_requests.set_bls_executor(None)

@@ -740,3 +740,230 @@ class TritonPythonModel:
     def finalize(self):
         pb_utils.Logger.log_info("Cleaning up...")
 """
+
+
+# --- the facade over server/backends/python/pb_utils/ ------------------------------------------------
+
+# what a Triton python model reaches for; the facade must keep offering every one
+MODEL_API_NAMES = [
+    "InferenceRequest",
+    "InferenceResponse",
+    "InferenceResponseSender",
+    "LogLevel",
+    "Logger",
+    "Metric",
+    "MetricFamily",
+    "ModelConfig",
+    "PreferredMemory",
+    "ResponseIterator",
+    "TRITONSERVER_MEMORY_CPU",
+    "TRITONSERVER_MEMORY_GPU",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
+    "TRITONSERVER_REQUEST_RELEASE_ALL",
+    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
+    "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
+    "Tensor",
+    "TritonError",
+    "TritonModelException",
+    "deserialize_bytes_tensor",
+    "get_input_config_by_name",
+    "get_input_tensor_by_name",
+    "get_model_dir",
+    "get_output_config_by_name",
+    "get_output_tensor_by_name",
+    "is_model_ready",
+    "load_model",
+    "numpy_to_triton_type",
+    "serialize_byte_tensor",
+    "triton_string_to_numpy",
+    "triton_to_numpy_type",
+    "unload_model",
+    "using_decoupled_model_transaction_policy",
+]
+
+# every public name of the module when it was one file (its own definitions, the host API, and the
+# modules and typing names it imported, which `import *` and attribute access reached all the same)
+ONE_FILE_PUBLIC_NAMES = [
+    "Any",
+    "Awaitable",
+    "BLSExecutor",
+    "Callable",
+    "InferenceRequest",
+    "InferenceResponse",
+    "InferenceResponseSender",
+    "InferenceTrace",
+    "Iterable",
+    "Iterator",
+    "LogLevel",
+    "Logger",
+    "METRICS",
+    "MemoryType",
+    "Metric",
+    "MetricFamily",
+    "MetricFamilySnapshot",
+    "MetricKind",
+    "MetricRegistry",
+    "MetricSample",
+    "ModelConfig",
+    "ModelManager",
+    "ModelScope",
+    "PreferredMemory",
+    "Protocol",
+    "ResponseIterator",
+    "ResponseTransport",
+    "Sequence",
+    "TRITONSERVER_MEMORY_CPU",
+    "TRITONSERVER_MEMORY_GPU",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
+    "TRITONSERVER_REQUEST_RELEASE_ALL",
+    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
+    "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
+    "TRITON_STRING_TO_NUMPY",
+    "TYPE_BF16",
+    "TYPE_BOOL",
+    "TYPE_BYTES",
+    "TYPE_INVALID",
+    "Tensor",
+    "TritonError",
+    "TritonModelException",
+    "annotations",
+    "asyncio",
+    "config_to_dtype",
+    "contextlib",
+    "contextmanager",
+    "contextvars",
+    "ctypes",
+    "current_model_scope",
+    "dataclass",
+    "deserialize_bytes_tensor",
+    "dtype_to_wire",
+    "enum",
+    "error_code_name",
+    "functools",
+    "get_input_config_by_name",
+    "get_input_tensor_by_name",
+    "get_model_dir",
+    "get_output_config_by_name",
+    "get_output_tensor_by_name",
+    "is_model_ready",
+    "itertools",
+    "json",
+    "load_model",
+    "logging",
+    "math",
+    "model_scope",
+    "new_execute_request",
+    "np",
+    "npt",
+    "numpy_to_triton_type",
+    "re",
+    "release_flags",
+    "request_parameters",
+    "response_parameters",
+    "serialize_byte_tensor",
+    "set_bls_executor",
+    "set_default_model_scope",
+    "set_model_manager",
+    "sys",
+    "tensor_from_storage",
+    "tensor_storage",
+    "threading",
+    "triton_string_to_numpy",
+    "triton_to_numpy_type",
+    "unload_model",
+    "using_decoupled_model_transaction_policy",
+    "weakref",
+    "wire_to_dtype",
+]
+
+
+def test_the_facade_offers_the_model_api() -> None:
+    assert [name for name in MODEL_API_NAMES if not hasattr(pb_utils, name)] == []
+    kinds = (pb_utils.MetricFamily.COUNTER, pb_utils.MetricFamily.GAUGE, pb_utils.MetricFamily.HISTOGRAM)
+    assert [int(kind) for kind in kinds] == [0, 1, 2]
+    assert pb_utils.Logger.LogLevel is pb_utils.LogLevel
+    assert pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START == 1
+    assert pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END == 2
+    assert pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE == 2
+
+
+def test_the_facade_keeps_every_public_name_of_the_one_file_module() -> None:
+    public = {name for name in dir(pb_utils) if not name.startswith("_")}
+    assert public == set(ONE_FILE_PUBLIC_NAMES)
+    assert sorted(pb_utils.__all__) == sorted(ONE_FILE_PUBLIC_NAMES)  # `import *` gives what it gave
+
+
+def test_state_lives_once_in_the_module_that_owns_it() -> None:
+    from server.backends.python.pb_utils import metric_registry, model_control, requests, scope
+
+    for name in ("_bls_executor", "_bls_async_executor", "_model_manager", "_default_scope", "_MODEL_SCOPE"):
+        assert not hasattr(pb_utils, name), f"{name} copied into the facade"
+    assert pb_utils.METRICS is metric_registry.METRICS
+
+    def executor(request: Any, model_name: str, model_version: int, decoupled: bool) -> Any:
+        return pb_utils.InferenceResponse([])
+
+    pb_utils.set_bls_executor(executor)  # through the facade: the owning module sees it
+    assert requests._bls_executor is executor
+    requests.set_bls_executor(None)  # through the owner: the facade's classes see it
+    with pytest.raises(pb_utils.TritonModelException, match="no BLS executor is installed"):
+        pb_utils.InferenceRequest(model_name="m", inputs=[], requested_output_names=[]).exec()
+    manager = object()
+    pb_utils.set_model_manager(manager)  # type: ignore[arg-type]
+    assert model_control._model_manager is manager
+    scope.set_default_model_scope(scope.ModelScope("m", "1", "/repo/m/1"))
+    try:
+        assert pb_utils.get_model_dir() == "/repo/m/1"
+    finally:
+        pb_utils.set_default_model_scope(None)
+    assert scope._default_scope is None
+
+
+def test_every_pb_utils_module_says_its_one_concept_and_stays_short() -> None:
+    import ast
+
+    folder = Path(pb_utils.__file__).parent / "pb_utils"
+    modules = sorted(folder.glob("*.py"))
+    assert len(modules) > 10
+    for path in modules:
+        text = path.read_text()
+        assert ast.get_docstring(ast.parse(text)), f"{path.name} has no docstring"
+        assert text.count("\n") < 300, f"{path.name} is {text.count(chr(10))} lines"
+
+
+FACADE_PROBE_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    PB_UTILS = pb_utils
+
+    def execute(self, requests):
+        return [pb_utils.InferenceRequest(model_name="other", inputs=[], requested_output_names=[]).exec()]
+"""
+
+
+def test_a_model_and_the_server_share_one_module_and_its_hooks(tmp_path: Path) -> None:
+    import sys
+
+    from server.backends.python.model_import import import_model_file
+    from server.backends.python.pb_utils import requests
+
+    model_file = tmp_path / "probe" / "1" / "model.py"
+    model_file.parent.mkdir(parents=True)
+    model_file.write_text(FACADE_PROBE_MODEL)
+    model = import_model_file(model_file, "probe").TritonPythonModel()
+    assert model.PB_UTILS is pb_utils
+    assert sys.modules["triton_python_backend_utils"] is sys.modules[pb_utils.__name__] is pb_utils
+
+    calls: list[str] = []
+
+    def executor(request: Any, model_name: str, model_version: int, decoupled: bool) -> Any:
+        calls.append(model_name)
+        return pb_utils.InferenceResponse([])
+
+    requests.set_bls_executor(executor)  # installed as tcli's server does
+    (response,) = model.execute([])
+    assert calls == ["other"] and isinstance(response, pb_utils.InferenceResponse)

@@ -1,7 +1,8 @@
 """The python backend: Triton python models (`model.py` with `class TritonPythonModel`) run in tcli.
 
-- `triton_python_backend_utils`: the module models import as `pb_utils`, plus the hooks the server installs
-  (BLS executor, model manager, response transport, model scope, custom-metrics registry).
+- `triton_python_backend_utils`: the module models import as `pb_utils` (a facade over `pb_utils/`, one
+  concept per module, where the hooks the server installs live: BLS executor, model manager, response
+  transport, model scope, custom-metrics registry).
 - `model_import`: imports a model file as an isolated module with our pb_utils importable.
 - `autocomplete`: runs `TritonPythonModel.auto_complete_config` on a config dict.
 - `host`: one instance in the server process (`PythonModel`).

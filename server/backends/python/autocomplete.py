@@ -23,6 +23,7 @@ def auto_complete_config(model_file: Path, config: dict[str, Any]) -> dict[str, 
     class does not define one). `config` is Triton's JSON form of ModelConfig (snake_case keys); the
     result has plain JSON types, dims as numbers, and always `name`, `max_batch_size`, `input`, `output`."""
     from server.backends.python.model_import import ensure_pb_utils, forget_module, import_model_file
+    from server.backends.python.pb_utils import scope as pb_scope
 
     model_file = Path(model_file)
     model_name = str(config.get("name") or model_file.parent.parent.name)
@@ -31,10 +32,10 @@ def auto_complete_config(model_file: Path, config: dict[str, Any]) -> dict[str, 
         raise TritonError(ErrorCode.INVALID_ARG, f"{where}: Python model file not found in '{model_file}'")
 
     pb_utils = ensure_pb_utils()
-    scope = pb_utils.ModelScope(model_name, model_file.parent.name, str(model_file.resolve().parent))
+    scope = pb_scope.ModelScope(model_name, model_file.parent.name, str(model_file.resolve().parent))
     module = None
     try:
-        with pb_utils.model_scope(scope):
+        with pb_scope.model_scope(scope):
             module = import_model_file(model_file, model_name)
             model_class = getattr(module, "TritonPythonModel", None)
             if model_class is None:

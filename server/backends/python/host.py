@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from server.backends.base import InstanceSpec, ModelContext, RequestModel
 from server.backends.python import model_import
 from server.backends.python import triton_python_backend_utils as pb_utils
+from server.backends.python.pb_utils import host_api as pb_host
+from server.backends.python.pb_utils import scope as pb_scope
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceResponse, Tensor
 
@@ -135,7 +137,7 @@ class PythonModel(RequestModel):
             spec = HostSpec.of(context, instance)
         self.name = spec.name
         self.version = spec.version
-        self._scope = pb_utils.ModelScope(self.name, self.version, spec.version_dir)
+        self._scope = pb_scope.ModelScope(self.name, self.version, spec.version_dir)
         self._config_json = spec.config_json
         self._outputs = [o["name"] for o in spec.config_json.get("output", [])]
         self._output_names = frozenset(self._outputs)
@@ -159,7 +161,7 @@ class PythonModel(RequestModel):
                 f"model.py for '{self.name}': AttributeError: module has no attribute 'TritonPythonModel'",
             )
         try:
-            with pb_utils.model_scope(self._scope):
+            with pb_scope.model_scope(self._scope):
                 self._model = model_class()
                 if hasattr(self._model, "initialize"):
                     self._model.initialize(dict(spec.initialize_args))
@@ -206,7 +208,7 @@ class PythonModel(RequestModel):
             for i, (r, sender) in enumerate(zip(requests, senders, strict=True))
         ]
         try:
-            with pb_utils.model_scope(self._scope):
+            with pb_scope.model_scope(self._scope):
                 results = self._model.execute(pb_requests)
                 if inspect.iscoroutine(results):
                     if self.decoupled and channels is not None:
@@ -268,7 +270,7 @@ class PythonModel(RequestModel):
         return asyncio.run_coroutine_threadsafe(self._scoped(coroutine), self._event_loop()).result()
 
     async def _scoped(self, coroutine: Any) -> Any:
-        with pb_utils.model_scope(self._scope):
+        with pb_scope.model_scope(self._scope):
             return await coroutine
 
     def _start_coroutine(
@@ -308,7 +310,7 @@ class PythonModel(RequestModel):
         if model is not None and hasattr(model, "finalize"):
             with (
                 contextlib.suppress(Exception),
-                pb_utils.model_scope(self._scope),
+                pb_scope.model_scope(self._scope),
             ):  # unload goes on regardless
                 model.finalize()
         self._model = None
@@ -317,14 +319,14 @@ class PythonModel(RequestModel):
     # conversions -----------------------------------------------------------------------------------
     def _to_pb(self, request: InferenceRequest, sender: Any = None, is_cancelled: Any = None) -> Any:
         inputs = [
-            pb_utils.tensor_from_storage(t.name, t.data, pb_utils.wire_to_dtype(t.datatype))
+            pb_host.tensor_from_storage(t.name, t.data, pb_host.wire_to_dtype(t.datatype))
             if t.datatype == "BF16"
             else pb_utils.Tensor(t.name, t.data)
             for t in request.inputs
         ]
         flags = (1 if request.sequence_start else 0) | (2 if request.sequence_end else 0)
         parameters = {k: v for k, v in request.parameters.items() if k not in _RESERVED_PARAMETERS}
-        return pb_utils.new_execute_request(
+        return pb_host.new_execute_request(
             inputs=inputs,
             requested_output_names=[o.name for o in request.outputs] or self._outputs,
             request_id=request.id,
@@ -347,15 +349,15 @@ class PythonModel(RequestModel):
         if result.has_error():
             error = result.error()
             assert error is not None
-            return TritonError(ErrorCode[pb_utils.error_code_name(error)], error.message())
+            return TritonError(ErrorCode[pb_host.error_code_name(error)], error.message())
         wanted = {o.name for o in request.outputs} if request.outputs else self._output_names
         outputs = []
         for tensor in result.output_tensors():
             name = tensor.name()
             if name not in wanted:
                 continue
-            data = pb_utils.tensor_storage(tensor)
-            datatype = pb_utils.dtype_to_wire(tensor.triton_dtype())
+            data = pb_host.tensor_storage(tensor)
+            datatype = pb_host.dtype_to_wire(tensor.triton_dtype())
             outputs.append(Tensor(name, datatype, data.shape, data))
-        parameters = pb_utils.response_parameters(result)  # a copy already
+        parameters = pb_host.response_parameters(result)  # a copy already
         return InferenceResponse(self.name, self.version, request.id, outputs, parameters)

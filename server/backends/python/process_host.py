@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from server.backends.base import InstanceSpec, ModelContext, RequestModel
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.host import HostSpec, ResponseChannel, answered
+from server.backends.python.pb_utils import scope as pb_scope
 from server.backends.python.shm import InputArena, RingReader, fits_inline
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceResponse
@@ -72,7 +73,7 @@ class ProcessModel(RequestModel):
         self.name = self._spec.name
         self.version = self._spec.version
         # one scope per instance: BLS (server/bls.py) tells the instances waiting on its requests apart by it
-        self._scope = pb_utils.ModelScope(self.name, self.version, self._spec.version_dir)
+        self._scope = pb_scope.ModelScope(self.name, self.version, self._spec.version_dir)
         self.instance = instance.name
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self._spec.config_json)
         self._inputs = InputArena()  # one batch at a time per instance: one arena for every process
@@ -445,7 +446,7 @@ class _Process:
         """Run a BLS request of the model through this server's BLS hook, as in-thread models do."""
         scope = self.owner._scope
         try:
-            with pb_utils.model_scope(scope):
+            with pb_scope.model_scope(scope):
                 result = request.exec(decoupled)
                 if not isinstance(result, pb_utils.ResponseIterator):
                     self._answer(call_id, None, result)

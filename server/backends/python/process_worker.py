@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.host import HostSpec, PythonModel
+from server.backends.python.pb_utils import requests as pb_requests
+from server.backends.python.pb_utils import scope as pb_scope
 from server.backends.python.shm import ArenaView, RingWriter
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput
@@ -85,8 +87,8 @@ class _Worker:
         self._arena = ArenaView()
         self._ring = RingWriter(ring_name, lambda needed: self.call("grow", needed))
         self._install_logging(log_levels)
-        pb_utils.set_bls_executor(self._bls)
-        pb_utils.set_default_model_scope(pb_utils.ModelScope(spec.name, spec.version, spec.version_dir))
+        pb_requests.set_bls_executor(self._bls)
+        pb_scope.set_default_model_scope(pb_scope.ModelScope(spec.name, spec.version, spec.version_dir))
 
     # the pipe ----------------------------------------------------------------------------------------
     def send(self, message: tuple[Any, ...]) -> None:

@@ -1,0 +1,109 @@
+"""The host API: request and tensor factories and accessors the tcli server calls. Models written for
+Triton never use these. (The hooks the server installs live with the state they set:
+requests.set_bls_executor, model_control.set_model_manager, scope.model_scope and
+scope.set_default_model_scope.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from server.backends.python.pb_utils.datatypes import (
+    _CONFIG_NAMES,
+    _WIRE_NAMES,
+    TRITONSERVER_REQUEST_RELEASE_ALL,
+    TYPE_BF16,
+    TYPE_INVALID,
+)
+from server.backends.python.pb_utils.errors import TritonError
+from server.backends.python.pb_utils.memory import TRITONSERVER_MEMORY_CPU, InferenceTrace, PreferredMemory
+from server.backends.python.pb_utils.requests import InferenceRequest
+from server.backends.python.pb_utils.responses import InferenceResponse, InferenceResponseSender
+from server.backends.python.pb_utils.tensor import Tensor, _check_tensor_name, _tensor_from_storage
+
+
+def new_execute_request(
+    *,
+    inputs: Sequence[Tensor],
+    requested_output_names: Iterable[str],
+    request_id: str = "",
+    correlation_id: int | str = 0,
+    flags: int = 0,
+    timeout: int = 0,
+    parameters: dict[str, Any] | None = None,
+    model_name: str = "",
+    model_version: int = -1,
+    response_sender: InferenceResponseSender | None = None,
+    is_cancelled: Callable[[], bool] | None = None,
+) -> InferenceRequest:
+    """A request as execute() receives it. `parameters` are the client's request parameters (any JSON
+    values); `timeout` is in microseconds."""
+    request = InferenceRequest.__new__(InferenceRequest)
+    request._request_id = request_id
+    request._correlation_id = correlation_id
+    request._inputs = list(inputs)
+    request._requested = list(dict.fromkeys(requested_output_names))
+    request._model_name = model_name
+    request._model_version = model_version
+    request._flags = flags
+    request._timeout = timeout
+    request._preferred_memory = PreferredMemory(TRITONSERVER_MEMORY_CPU)
+    request._trace = InferenceTrace()
+    request._parameters = dict(parameters or {})
+    request._parameters_json = None  # parameters() encodes them: most models never ask
+    request._sender = response_sender
+    request._cancelled = is_cancelled or (lambda: False)
+    request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+    return request
+
+
+def release_flags(request: InferenceRequest) -> int:
+    """What the model asked for with set_release_flags (TRITONSERVER_REQUEST_RELEASE_ALL by default)."""
+    return request._release_flags
+
+
+def request_parameters(request: InferenceRequest) -> dict[str, Any]:
+    return dict(request._parameters)
+
+
+def response_parameters(response: InferenceResponse) -> dict[str, bool | int | str]:
+    return dict(response._parameters)
+
+
+def tensor_from_storage(name: str, array: npt.NDArray[Any], triton_dtype: int) -> Tensor:
+    """A Tensor over `array` without checks beyond the name; for BF16 pass the raw 16-bit values
+    (any 2-byte dtype; kept as a uint16 view)."""
+    if triton_dtype == TYPE_BF16:
+        if array.dtype.itemsize != 2:
+            raise ValueError(f"BF16 tensor '{name}' needs 2-byte elements, got {array.dtype}")
+        array = array.view(np.uint16)
+    return _tensor_from_storage(_check_tensor_name(name), array, triton_dtype)
+
+
+def tensor_storage(tensor: Tensor) -> npt.NDArray[Any]:
+    """The array behind a Tensor, BF16 included (as uint16 bits)."""
+    return tensor._array
+
+
+def dtype_to_wire(triton_dtype: int) -> str:
+    """11 -> 'FP32', 13 -> 'BYTES', 14 -> 'BF16'; 'INVALID' for anything else."""
+    return _WIRE_NAMES[triton_dtype - 1] if 1 <= triton_dtype <= len(_WIRE_NAMES) else "INVALID"
+
+
+def wire_to_dtype(wire_type: str) -> int:
+    """'FP32' -> 11; 0 (TYPE_INVALID) for an unknown name."""
+    return _WIRE_NAMES.index(wire_type) + 1 if wire_type in _WIRE_NAMES else TYPE_INVALID
+
+
+def config_to_dtype(config_type: str) -> int:
+    """'TYPE_FP32' -> 11; 0 for an unknown name."""
+    return _CONFIG_NAMES.index(config_type) + 1 if config_type in _CONFIG_NAMES else TYPE_INVALID
+
+
+def error_code_name(error: TritonError) -> str:
+    """The server.protocol.errors.ErrorCode member name for a model's TritonError ('INTERNAL', ...)."""
+    return error.code().name

@@ -1,0 +1,56 @@
+"""Model scope: which model is running in this context (for get_model_dir, logs and the BLS hook)."""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from server.backends.python.pb_utils.errors import TritonModelException
+
+
+@dataclass(frozen=True)
+class ModelScope:
+    model_name: str
+    model_version: str
+    model_dir: str  # the version folder holding model.py, as Triton's get_model_dir() returns it
+
+
+_MODEL_SCOPE: contextvars.ContextVar[ModelScope | None] = contextvars.ContextVar(
+    "tcli_model_scope", default=None
+)
+_default_scope: ModelScope | None = None
+
+
+def get_model_dir() -> str:
+    """The folder of the running model file (`<repository>/<model>/<version>`)."""
+    scope = current_model_scope()
+    if scope is None:
+        raise TritonModelException(
+            "get_model_dir() is only available while the server runs the model "
+            "(auto_complete_config, initialize, execute, finalize)"
+        )
+    return scope.model_dir
+
+
+# host side: the tcli server calls this -------------------------------------------------------------
+def current_model_scope() -> ModelScope | None:
+    return _MODEL_SCOPE.get() or _default_scope
+
+
+@contextmanager
+def model_scope(scope: ModelScope) -> Iterator[None]:
+    """Run model code (auto_complete_config, initialize, execute, finalize) as `scope`, in this context."""
+    token = _MODEL_SCOPE.set(scope)
+    try:
+        yield
+    finally:
+        _MODEL_SCOPE.reset(token)
+
+
+def set_default_model_scope(scope: ModelScope | None) -> None:
+    """The scope seen outside any model_scope() (e.g. threads the model starts itself). Meant for a
+    process that hosts a single model; with several models in one process leave it None."""
+    global _default_scope
+    _default_scope = scope
