@@ -4,22 +4,15 @@ against any Triton-compatible server (tcli's or Triton itself), over HTTP or gRP
 from __future__ import annotations
 
 import enum
-import json
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from tcli.errors import CliError
 
-if TYPE_CHECKING:
-    from tcli.perf.profiler import LevelResult, Settings, Window
-    from tcli.perf.report import ReportContext
-
 app = typer.Typer()
 
-STABILITY_EXIT = 2  # perf_analyzer's exit code when a measurement does not stabilise
 INTERRUPTED_EXIT = 130
 
 
@@ -199,6 +192,7 @@ def perf(
     """Measure throughput and latency the way perf_analyzer does: windows until three agree, then the
     client's latencies (average, p50/p90/p95/p99) and the server's split (queue, compute) from its
     statistics. Ctrl-C stops and reports what was measured."""
+    from tcli.perf.prepare import build_spec, read_model
     from tcli.perf.profiler import Settings
 
     # flags -------------------------------------------------------------------------------------------
@@ -231,7 +225,7 @@ def perf(
     extra_headers = [_header(h) for h in headers or []]
     id_start, id_end = _sequence_ids(sequence_id_range)
 
-    info, server_has_stats, read_stats = _read_model(model_name, model_version, protocol.value, url)
+    info, server_has_stats, read_stats = read_model(model_name, model_version, protocol.value, url)
     if info.max_batch_size == 0 and batch_size > 1:
         raise CliError(
             f"can not specify batch size > 1 as the model does not support batching (model '{model_name}' "
@@ -257,7 +251,7 @@ def perf(
             "collision may occur."
         )
 
-    spec = _build_spec(
+    spec = build_spec(
         info,
         protocol.value,
         url,
@@ -302,7 +296,9 @@ def perf(
         decoupled=info.decoupled,
         response_cache=info.response_cache,
     )
-    _run(
+    from tcli.perf.session import run
+
+    interrupted = run(
         info,
         spec,
         settings,
@@ -314,6 +310,8 @@ def perf(
         output_format,
         verbose,
     )
+    if interrupted:
+        raise typer.Exit(INTERRUPTED_EXIT)
 
 
 def _sequence_ids(text: str) -> tuple[int, int]:
@@ -328,323 +326,3 @@ def _sequence_ids(text: str) -> tuple[int, int]:
             f"--sequence-id-range '{text}': start must be 1 or more and end (if given) more than start"
         )
     return first, last
-
-
-def _read_model(model: str, version: str, protocol: str, url: str | None) -> tuple[Any, bool, Any]:
-    """The model's description, whether the server has the statistics extension, and a function that
-    reads the statistics perf needs (the model's, or every model's for an ensemble)."""
-    from tcli.client import connect
-    from tcli.client.types import ClientError
-    from tcli.perf.model import model_info
-    from tcli.perf.stats import parse_statistics
-
-    client = connect(url, protocol, timeout=30.0)
-    try:
-        try:
-            server = client.server_metadata()
-        except ClientError as exc:
-            raise CliError(exc.message) from None
-        try:
-            metadata = client.model_metadata(model, version)
-            config = client.model_config(model, version)
-        except ClientError as exc:
-            raise CliError(f"failed to get model metadata: {exc.message}") from None
-
-        def fetch_config(name: str, step_version: str) -> dict[str, Any]:
-            try:
-                return client.model_config(name, step_version)
-            except ClientError as exc:
-                raise CliError(f"failed to get the config of ensemble step '{name}': {exc.message}") from None
-
-        info = model_info(model, version, metadata, config, fetch_config)
-    except BaseException:
-        client.close()
-        raise
-    has_stats = "statistics" in (server.get("extensions") or [])
-    if not has_stats:
-        client.close()
-        return info, False, None
-
-    def read_stats() -> Any:
-        try:
-            answer = client.statistics() if info.ensemble else client.statistics(model, version)
-        except ClientError as exc:
-            raise CliError(f"failed to get the model's statistics: {exc.message}") from None
-        return parse_statistics(answer)
-
-    return info, True, read_stats
-
-
-def _build_spec(
-    info: Any,
-    protocol: str,
-    url: str | None,
-    batch_size: int,
-    shapes: list[str],
-    input_data: str,
-    string_length: int,
-    string_data: str | None,
-    headers: list[tuple[str, str]],
-    streaming: bool,
-    sequence_length: int | None,
-    sequence_length_variation: float,
-    id_start: int,
-    id_end: int,
-    num_of_sequences: int,
-) -> Any:
-    from tcli.perf.data import from_json_file, synthetic
-    from tcli.perf.encode import build_load_spec
-    from tcli.perf.model import resolve_shapes
-
-    user_data = input_data not in ("random", "zero")
-    resolved = resolve_shapes(info, shapes, allow_variable=user_data)
-    if user_data:
-        path = Path(input_data)
-        if path.is_dir():
-            raise CliError(
-                f"--input-data '{input_data}' is a directory: tcli perf reads random, zero or a JSON file"
-            )
-        streams = from_json_file(path, info, resolved)
-    else:
-        streams = synthetic(info, resolved, input_data, string_length, string_data)
-    spec = build_load_spec(
-        info,
-        streams,
-        protocol=protocol,
-        url=url,
-        batch_size=batch_size,
-        headers=headers,
-        streaming=streaming,
-        sequence_length=sequence_length or 20,
-        sequence_length_variation=sequence_length_variation,
-        sequence_length_given=sequence_length is not None,
-        user_data=user_data,
-        sequence_id_start=id_start,
-        sequence_id_end=id_end,
-        num_of_sequences=num_of_sequences,
-    )
-    import os
-
-    spec.grpc_client = os.environ.get("TCLI_PERF_GRPC_CLIENT", "raw")  # "grpcio" to compare clients
-    return spec
-
-
-class _Progress:
-    """Live progress on stderr (a terminal only), and perf_analyzer's -v window lines on stdout."""
-
-    def __init__(self, context: ReportContext, text: bool, verbose: bool) -> None:
-        from rich.console import Console
-
-        self.context = context
-        self.text = text
-        self.verbose = verbose and text
-        self.console = Console(stderr=True)
-        self.live: Any = None
-        self.label = ""
-        self.windows: list[Window] = []
-        self.trial = 0
-        self.fraction = 0.0
-
-    def __enter__(self) -> _Progress:
-        if self.console.is_terminal:
-            from rich.live import Live
-
-            self.live = Live(console=self.console, transient=True, refresh_per_second=8)
-            self.live.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.live is not None:
-            self.live.stop()
-
-    def _refresh(self) -> None:
-        if self.live is not None:
-            from tcli import render
-
-            self.live.update(
-                render.perf_progress(
-                    self.label,
-                    self.trial,
-                    self.context.settings.max_trials,
-                    self.fraction,
-                    self.windows,
-                    self.context.settings.percentile,
-                )
-            )
-
-    # Events
-    def level_started(self, value: float) -> None:
-        from tcli.perf.report import level_header
-
-        self.label = level_header(self.context, value)
-        self.windows = []
-        self.trial = 0
-        self.fraction = 0.0
-        self._refresh()
-
-    def window_progress(self, trial: int, elapsed: float, total: float) -> None:
-        self.trial = trial
-        self.fraction = elapsed / total if total else 1.0
-        self._refresh()
-
-    def window_done(self, trial: int, window: Window) -> None:
-        self.windows.append(window)
-        self.trial = trial + 1
-        self.fraction = 0.0
-        self._refresh()
-        if self.verbose:
-            percentile = self.context.settings.percentile
-            if window.latency is None:
-                _out(f"  Pass [{trial + 1}] cb::Error: No valid requests recorded within time interval.")
-            elif percentile != -1:
-                _out(
-                    f"  Pass [{trial + 1}] throughput: {_num(window.infer_per_sec)} infer/sec. "
-                    f"p{percentile} latency: {window.latency.percentiles_ns[percentile] // 1000} usec"
-                )
-            else:
-                _out(
-                    f"  Pass [{trial + 1}] throughput: {_num(window.infer_per_sec)} infer/sec. Avg latency: "
-                    f"{window.latency.avg_ns // 1000} usec (std {window.latency.std_us} usec). "
-                )
-
-
-def _num(value: float) -> str:
-    from tcli.perf.stats import cpp_double
-
-    return cpp_double(value)
-
-
-def _out(line: str = "") -> None:
-    print(line, flush=True)
-
-
-def _err(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def _run(
-    info: Any,
-    spec: Any,
-    settings: Settings,
-    context: ReportContext,
-    read_stats: Any,
-    load_levels: Any,
-    filename: Path | None,
-    plot: Path | None,
-    output_format: Format,
-    verbose: bool,
-) -> None:
-    from tcli.perf.profiler import Profiler
-    from tcli.perf.report import BUSY_WARNING_PCT, level_header, level_lines, settings_lines
-
-    text = output_format == Format.text
-    if text:
-        for line in settings_lines(context):
-            _out(line)
-    results: list[LevelResult] = []
-    failure: str | None = None
-    interrupted = False
-    progress = _Progress(context, text, verbose)
-    profiler = Profiler(spec, settings, read_stats, (info.name, info.version), info.composing, progress)
-    try:
-        with progress:
-            profiler.start()
-            for value in load_levels:
-                if text:
-                    _out(level_header(context, value))
-                result = profiler.measure(value)
-                for note in result.notes:
-                    _err(note)
-                if result.interrupted:
-                    interrupted = True
-                    if result.latency is not None:
-                        results.append(result)
-                        if text:
-                            for line in level_lines(result, context):
-                                _out(line)
-                    break
-                if not result.stable:
-                    what = f"concurrency {int(value)}" if context.concurrency else f"request rate {value:g}"
-                    if result.latency is None:
-                        failure = "No valid requests recorded within time interval. Please use a larger time window."
-                    else:
-                        failure = (
-                            f"Failed to obtain stable measurement within {settings.max_trials} measurement "
-                            f"windows for {what}. Please try to increase the --measurement-interval."
-                        )
-                    break
-                if settings.latency_threshold_ms and (
-                    result.stabilizing_ns(settings.percentile) >= settings.latency_threshold_ms * 1_000_000
-                ):
-                    _err(
-                        f"Measured latency went over the set limit of {settings.latency_threshold_ms} msec. "
-                    )
-                    break
-                results.append(result)
-                if text:
-                    for line in level_lines(result, context):
-                        _out(line)
-                if result.busy_pct > BUSY_WARNING_PCT:
-                    _err(
-                        f"a load generator process used {result.busy_pct:.0f}% of a core at this level: the "
-                        f"client may be the limit; try --processes {settings.processes + 1}"
-                    )
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        profiler.close()
-    _finish(info, results, context, filename, plot, output_format)
-    if interrupted:
-        partial = [r for r in results if r.interrupted]
-        detail = ""
-        if partial:
-            used = min(len(partial[0].windows), 3)
-            detail = (
-                f"; the last level was not yet stable and is reported from its last {used} of "
-                f"{len(partial[0].windows)} window(s)"
-            )
-        _err(f"interrupted: stopped measuring{detail}")
-        raise typer.Exit(INTERRUPTED_EXIT)
-    if failure is not None:
-        raise CliError(failure, STABILITY_EXIT)
-
-
-def _finish(
-    info: Any,
-    results: list[LevelResult],
-    context: ReportContext,
-    filename: Path | None,
-    plot: Path | None,
-    output_format: Format,
-) -> None:
-    from tcli.perf.report import composing_csv_files, csv_text, report_json, summary_lines
-
-    if output_format == Format.json:
-        _out(
-            json.dumps(
-                report_json(info.name, info.version, results, context, context.settings.processes), indent=2
-            )
-        )
-    elif results:
-        for line in summary_lines(results, context):
-            _out(line)
-    if not results:
-        return
-    if filename is not None:
-        content, warnings = csv_text(results, context)
-        for warning in warnings:
-            _err(warning)
-        _write(filename, content, "-f")
-        for path, extra in composing_csv_files(filename, results, context).items():
-            _write(path, extra, "-f")
-    if plot is not None:
-        from tcli.perf.plot import write_plot
-
-        write_plot(plot, results, info.name, context.concurrency)
-
-
-def _write(path: Path, content: str, flag: str) -> None:
-    try:
-        path.write_text(content, encoding="utf-8")
-    except OSError as exc:
-        raise CliError(f"{flag}: cannot write '{path}': {exc.strerror or exc}") from None

@@ -10,8 +10,8 @@ from urllib.parse import quote
 
 from tcli.errors import CliError
 from tcli.perf.data import Step, Stream, TensorData
+from tcli.perf.load_spec import HttpRequestParts, LoadSpec
 from tcli.perf.model import ModelInfo
-from tcli.perf.worker import HttpRequestParts, LoadSpec
 
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
 

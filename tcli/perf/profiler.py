@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from tcli.errors import CliError
+from tcli.perf.load_spec import LoadSpec, now_ns
 from tcli.perf.stats import (
     STABILITY_WINDOW,
     ClientWindow,
@@ -34,7 +35,6 @@ from tcli.perf.stats import (
     server_delta,
     summarize_latencies,
 )
-from tcli.perf.worker import LoadSpec, now_ns
 
 WINDOW_STRETCH = 1.2  # perf_analyzer measures measurement_window * 1.2 per window
 

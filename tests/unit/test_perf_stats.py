@@ -13,6 +13,8 @@ from tcli.commands.perf import levels, parse_range
 from tcli.errors import CliError
 from tcli.perf.data import from_json_file
 from tcli.perf.encode import split_url
+from tcli.perf.grpc_messages import grpc_error, grpc_sequence_parameters
+from tcli.perf.h2_client import grpc_header_block
 from tcli.perf.model import InputSpec, ModelInfo, model_info, parse_shape_option, resolve_shapes
 from tcli.perf.profiler import LevelResult, Settings, shares
 from tcli.perf.report import ReportContext, csv_text, server_lines, summary_lines
@@ -31,7 +33,6 @@ from tcli.perf.stats import (
     server_delta,
     summarize_latencies,
 )
-from tcli.perf.worker import _grpc_error, grpc_header_block, grpc_sequence_parameters
 
 
 # --- latencies -------------------------------------------------------------------------------------------
@@ -335,11 +336,11 @@ def test_stream_error_message_is_read_from_the_wire() -> None:
     from tritonclient.grpc import service_pb2
 
     failed = service_pb2.ModelStreamInferResponse(error_message="x" * 300).SerializeToString()
-    assert _grpc_error(failed) == "x" * 300
+    assert grpc_error(failed) == "x" * 300
     fine = service_pb2.ModelStreamInferResponse(
         infer_response=service_pb2.ModelInferResponse(model_name="m")
     ).SerializeToString()
-    assert _grpc_error(fine) is None
+    assert grpc_error(fine) is None
 
 
 def test_hpack_block_uses_literals_only() -> None:
