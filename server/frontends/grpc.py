@@ -3,10 +3,11 @@ standard `grpc.health.v1.Health` service over InferenceService, served by tcli's
 (server/frontends/grpc_native, the default: a fraction of grpc.aio's CPU per call) or by a grpc.aio
 server; both call the same servicer methods below.
 
-Every RPC decodes its message with server/protocol/grpc_codec.py, calls the core facade and encodes
-the answer; errors become the gRPC status of their code (ErrorCode.grpc_status_name) with the core's
-message. ModelStreamInfer answers each request on the stream: a decoupled model's responses as the
-model sends them (`triton_final_response` on the last; its flags-only end only to requests that set
+Every RPC decodes its message with server/protocol/grpc_codec.py (inference) or
+server/protocol/grpc_messages.py (the others), calls the core facade and encodes the answer; errors
+become the gRPC status of their code (ErrorCode.grpc_status_name) with the core's message.
+ModelStreamInfer answers each request on the stream: a decoupled model's responses as the model sends
+them (`triton_final_response` on the last; its flags-only end only to requests that set
 `triton_enable_empty_final_response`), other models' in request order, errors as `error_message`
 without closing the stream; unary ModelInfer refuses decoupled models, as Triton does. Health's Check answers SERVING
 while the server is ready, NOT_SERVING otherwise, whatever service is named, as Triton does.
@@ -31,8 +32,10 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from server.protocol import grpc_codec as codec
+from server.protocol import grpc_messages as messages
+from server.protocol.codec_tensors import SHM_DISABLED, ShmView
 from server.protocol.errors import ErrorCode, TritonError, invalid_arg, unavailable
-from server.protocol.json_codec import SHM_DISABLED
+from server.protocol.grpc_parameters import model_version
 from server.protocol.shm import SharedMemoryRegistry
 
 if TYPE_CHECKING:
@@ -67,7 +70,7 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
         self.allow_client_shm = allow_client_shm
         self._owns_shm = shm_registry is None
         self.shm = SharedMemoryRegistry() if shm_registry is None else shm_registry
-        self._shm_view: codec.ShmView | None = self.shm.view if allow_client_shm else None
+        self._shm_view: ShmView | None = self.shm.view if allow_client_shm else None
 
     # answers ---------------------------------------------------------------------------------------
     async def _answer(self, context: aio.ServicerContext, work: Callable[[], T]) -> T:
@@ -100,7 +103,7 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelReady(self, request: Any, context: aio.ServicerContext) -> Any:
         def work() -> Any:
-            version = codec.model_version(request.version)
+            version = model_version(request.version)
             return pb.ModelReadyResponse(ready=self.service.model_ready(request.name, version))
 
         return await self._answer(context, work)
@@ -111,27 +114,27 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
     # metadata and config ---------------------------------------------------------------------------
     async def ServerMetadata(self, request: Any, context: aio.ServicerContext) -> Any:
         return await self._answer(
-            context, lambda: codec.server_metadata_response(self.service.server_metadata())
+            context, lambda: messages.server_metadata_response(self.service.server_metadata())
         )
 
     async def ModelMetadata(self, request: Any, context: aio.ServicerContext) -> Any:
         def work() -> Any:
-            version = codec.model_version(request.version)
-            return codec.model_metadata_response(self.service.model_metadata(request.name, version))
+            version = model_version(request.version)
+            return messages.model_metadata_response(self.service.model_metadata(request.name, version))
 
         return await self._answer(context, work)
 
     async def ModelConfig(self, request: Any, context: aio.ServicerContext) -> Any:
         def work() -> Any:
-            version = codec.model_version(request.version)
-            return codec.model_config_response(self.service.model_config(request.name, version))
+            version = model_version(request.version)
+            return messages.model_config_response(self.service.model_config(request.name, version))
 
         return await self._answer(context, work)
 
     async def ModelStatistics(self, request: Any, context: aio.ServicerContext) -> Any:
         def work() -> Any:
-            version = codec.model_version(request.version)
-            return codec.statistics_response(self.service.statistics(request.name, version))
+            version = model_version(request.version)
+            return messages.statistics_response(self.service.statistics(request.name, version))
 
         return await self._answer(context, work)
 
@@ -145,7 +148,7 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
             raise
 
     def _check_model(self, message: Any) -> None:
-        version = codec.model_version(message.model_version)
+        version = model_version(message.model_version)
         if not self.service.model_ready(message.model_name, version):
             self.service.model_metadata(message.model_name, version)
 
@@ -276,14 +279,14 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
     async def RepositoryIndex(self, request: Any, context: aio.ServicerContext) -> Any:
         def work() -> Any:
             _require_no_repository(request.repository_name)
-            return codec.repository_index_response(self.service.repository_index(request.ready))
+            return messages.repository_index_response(self.service.repository_index(request.ready))
 
         return await self._answer(context, work)
 
     async def RepositoryModelLoad(self, request: Any, context: aio.ServicerContext) -> Any:
         async def work() -> Any:
             _require_no_repository(request.repository_name)
-            config = codec.load_parameters(request)
+            config = messages.load_parameters(request)
             await self.service.load(request.model_name, config)
             return pb.RepositoryModelLoadResponse()
 
@@ -292,7 +295,7 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelUnload(self, request: Any, context: aio.ServicerContext) -> Any:
         async def work() -> Any:
             _require_no_repository(request.repository_name)
-            dependents = codec.unload_dependents(request)
+            dependents = messages.unload_dependents(request)
             await self.service.unload(request.model_name, dependents)
             return pb.RepositoryModelUnloadResponse()
 
@@ -301,7 +304,7 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
     # shared memory ---------------------------------------------------------------------------------
     async def SystemSharedMemoryStatus(self, request: Any, context: aio.ServicerContext) -> Any:
         return await self._answer(
-            context, lambda: codec.system_shm_status_response(self.shm.status(request.name))
+            context, lambda: messages.system_shm_status_response(self.shm.status(request.name))
         )
 
     async def SystemSharedMemoryRegister(self, request: Any, context: aio.ServicerContext) -> Any:
@@ -321,11 +324,11 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
         return await self._answer(context, work)
 
     async def CudaSharedMemoryStatus(self, request: Any, context: aio.ServicerContext) -> Any:
-        return await self._answer(context, lambda: codec.cuda_shm_status(request.name))
+        return await self._answer(context, lambda: messages.cuda_shm_status(request.name))
 
     async def CudaSharedMemoryRegister(self, request: Any, context: aio.ServicerContext) -> Any:
         def work() -> Any:
-            raise codec.cuda_shm_register_error(request.name)
+            raise messages.cuda_shm_register_error(request.name)
 
         return await self._answer(context, work)
 
@@ -335,8 +338,8 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
     # logging and trace -----------------------------------------------------------------------------
     async def LogSettings(self, request: Any, context: aio.ServicerContext) -> Any:
         def work() -> Any:
-            changes = codec.log_settings_changes(request)
-            return codec.log_settings_response(self.service.update_log_settings(changes))
+            changes = messages.log_settings_changes(request)
+            return messages.log_settings_response(self.service.update_log_settings(changes))
 
         return await self._answer(context, work)
 
@@ -346,10 +349,10 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
             if model and not self.service.model_ready(model):
                 raise invalid_arg(f"Request for unknown model : {model}")
             if request.settings:
-                settings = self.service.update_trace_settings(codec.trace_settings_changes(request), model)
+                settings = self.service.update_trace_settings(messages.trace_settings_changes(request), model)
             else:
                 settings = self.service.trace_settings(model)
-            return codec.trace_settings_response(settings)
+            return messages.trace_settings_response(settings)
 
         return await self._answer(context, work)
 

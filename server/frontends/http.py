@@ -33,18 +33,12 @@ import orjson
 
 from server.frontends.http_content import compress, decompress, response_encoding, too_large
 from server.frontends.http_direct import InferHeaders
+from server.protocol.codec_tensors import SHM_DISABLED, ShmView
 from server.protocol.errors import ErrorCode, TritonError, invalid_arg, unavailable, unsupported
 from server.protocol.generate_codec import GENERATE_ONE_RESPONSE, decode_generate, encode_generate
-from server.protocol.json_codec import (
-    DEFAULT_MAX_INPUT_SIZE,
-    SHM_DISABLED,
-    ShmView,
-    decode_raw_request,
-    decode_request,
-    encode_response,
-    parse_header_length,
-    parse_json,
-)
+from server.protocol.json_binary import decode_raw_request
+from server.protocol.json_codec import DEFAULT_MAX_INPUT_SIZE, decode_request, parse_header_length, parse_json
+from server.protocol.json_response import encode_response
 from server.protocol.shm import SharedMemoryRegistry
 
 if TYPE_CHECKING:

@@ -17,8 +17,10 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc._utils import _get_inference_request
 
 from server.protocol import grpc_codec as codec
+from server.protocol import grpc_messages as messages
+from server.protocol.codec_tensors import SHM_DISABLED
 from server.protocol.errors import ErrorCode, TritonError
-from server.protocol.json_codec import SHM_DISABLED
+from server.protocol.grpc_parameters import model_version
 from server.protocol.types import InferenceResponse, RequestedOutput, Tensor
 
 NUMERIC = {
@@ -386,18 +388,18 @@ def test_bad_request_parameters(key: str, field: str, value: Any, message: str) 
     [("", ""), ("1", "1"), ("1x", "1"), (" 3", "3"), ("+2", "2")],
 )
 def test_model_versions_read_as_triton_reads_them(version: str, expected: str) -> None:
-    assert codec.model_version(version) == expected
+    assert model_version(version) == expected
 
 
 def test_bad_model_versions() -> None:
-    assert error_of(codec.model_version, "x").message == (
+    assert error_of(model_version, "x").message == (
         "failed to get model version from specified version string 'x' (details: stol), version should "
         "be an integral value > 0"
     )
-    assert error_of(codec.model_version, "-1").message == (
+    assert error_of(model_version, "-1").message == (
         "invalid model version specified '-1' , version should be an integral value > 0"
     )
-    assert "(details: stol)" in error_of(codec.model_version, "99999999999999999999").message
+    assert "(details: stol)" in error_of(model_version, "99999999999999999999").message
 
 
 # ------------------------------------------------------------------------------------------ outputs
@@ -516,7 +518,7 @@ def test_requested_output_defaults() -> None:
 
 # ------------------------------------------------------------------------------------------ other RPCs
 def test_config_and_statistics_from_their_json_forms() -> None:
-    config = codec.model_config_response(
+    config = messages.model_config_response(
         {
             "name": "m",
             "max_batch_size": 8,
@@ -524,7 +526,7 @@ def test_config_and_statistics_from_their_json_forms() -> None:
         }
     ).config
     assert (config.name, config.max_batch_size, list(config.input[0].dims)) == ("m", 8, [-1, 4])
-    statistics = codec.statistics_response(
+    statistics = messages.statistics_response(
         {
             "model_stats": [
                 {
@@ -552,13 +554,13 @@ def test_log_settings_types() -> None:
     request.settings["log_verbose_level"].uint32_param = 2
     request.settings["log_info"].bool_param = False
     request.settings["unknown"].bool_param = True
-    assert codec.log_settings_changes(request) == {"log_verbose_level": 2, "log_info": False}
+    assert messages.log_settings_changes(request) == {"log_verbose_level": 2, "log_info": False}
     request = pb.LogSettingsRequest()
     request.settings["log_verbose_level"].bool_param = True
-    assert error_of(codec.log_settings_changes, request).message == "expect int32 for 'log_verbose_level'"
+    assert error_of(messages.log_settings_changes, request).message == "expect int32 for 'log_verbose_level'"
     request = pb.LogSettingsRequest()
     request.settings["log_error"].string_param = "x"
-    assert error_of(codec.log_settings_changes, request).message == "expect boolean for 'log_error'"
+    assert error_of(messages.log_settings_changes, request).message == "expect boolean for 'log_error'"
 
 
 def test_trace_settings() -> None:
@@ -567,31 +569,33 @@ def test_trace_settings() -> None:
     request.settings["trace_count"].value[:] = []
     request.settings["trace_level"].value.extend(["TIMESTAMPS", "TENSORS"])
     request.settings["trace_mode"].value.append("opentelemetry")  # not settable through gRPC: ignored
-    assert codec.trace_settings_changes(request) == {
+    assert messages.trace_settings_changes(request) == {
         "trace_rate": "5",
         "trace_count": None,
         "trace_level": ["TIMESTAMPS", "TENSORS"],
     }
     request = pb.TraceSettingRequest()
     request.settings["trace_rate"].value.extend(["1", "2"])
-    assert error_of(codec.trace_settings_changes, request).message == "expect only 1 value for 'trace_rate'"
+    assert (
+        error_of(messages.trace_settings_changes, request).message == "expect only 1 value for 'trace_rate'"
+    )
 
 
 def test_load_and_unload_parameters() -> None:
     request = pb.RepositoryModelLoadRequest(model_name="m")
-    assert codec.load_parameters(request) is None
+    assert messages.load_parameters(request) is None
     request.parameters["config"].string_param = "{}"
-    assert codec.load_parameters(request) == "{}"
+    assert messages.load_parameters(request) == "{}"
     request.parameters["config"].int64_param = 1
-    assert error_of(codec.load_parameters, request).message == (
+    assert error_of(messages.load_parameters, request).message == (
         "invalid value type for load parameter 'config', expected string_param."
     )
     request = pb.RepositoryModelLoadRequest(model_name="m")
     request.parameters["foo"].string_param = "x"
-    assert error_of(codec.load_parameters, request).message == "unrecognized load parameter 'foo'."
+    assert error_of(messages.load_parameters, request).message == "unrecognized load parameter 'foo'."
     unload = pb.RepositoryModelUnloadRequest(model_name="m")
-    assert codec.unload_dependents(unload) is False
+    assert messages.unload_dependents(unload) is False
     unload.parameters["unload_dependents"].bool_param = True
-    assert codec.unload_dependents(unload) is True
+    assert messages.unload_dependents(unload) is True
     unload.parameters["unload_dependents"].int64_param = 1
-    assert error_of(codec.unload_dependents, unload).code == ErrorCode.INVALID_ARG
+    assert error_of(messages.unload_dependents, unload).code == ErrorCode.INVALID_ARG

@@ -16,14 +16,11 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from server.protocol.bytes_tensor import deserialize_bytes, serialize_bytes
+from server.protocol.codec_tensors import SHM_DISABLED
 from server.protocol.errors import ErrorCode, TritonError
-from server.protocol.json_codec import (
-    SHM_DISABLED,
-    decode_raw_request,
-    decode_request,
-    encode_response,
-    parse_header_length,
-)
+from server.protocol.json_binary import decode_raw_request
+from server.protocol.json_codec import decode_request, parse_header_length
+from server.protocol.json_response import encode_response
 from server.protocol.types import InferenceResponse, RequestedOutput, Tensor
 
 NUMERIC = {
