@@ -10,6 +10,7 @@ written: at the top of a module, inside a function (a lazy import is still a dep
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -205,3 +206,27 @@ def load():
         "server.scheduling.runner": 11,
         "server.stats": 12,
     }
+
+
+PAGE = ROOT / "server" / "README.md"
+_PATH = re.compile(r"`((?:server|tcli|tests|benchmarks|deploy|completions|model_repository)/[\w./<>-]*)`")
+
+
+def test_the_architecture_page_names_only_real_paths() -> None:
+    text = PAGE.read_text()
+    missing = [
+        path
+        for path in sorted(set(_PATH.findall(text)))
+        if "<" not in path and not (ROOT / path.rstrip("/")).exists()
+    ]
+    assert not missing, f"server/README.md names paths that do not exist: {missing}"
+
+
+def test_the_architecture_page_draws_the_layers_the_test_keeps() -> None:
+    text = PAGE.read_text()
+    for name, prefixes in SERVER_LAYERS:
+        row = next((line for line in text.splitlines() if line.startswith(f"| {name} |")), None)
+        assert row is not None, f"server/README.md has no row for the layer '{name}'"
+        for prefix in prefixes:
+            path = prefix.replace(".", "/")
+            assert f"`{path}/`" in row or f"`{path}.py`" in row, f"layer '{name}' row does not name {path}"
