@@ -5,38 +5,18 @@ the real python backend (its `triton_python_backend_utils.py` plus the classes i
 Where Triton 2.51 is broken or stricter than useful, the code says so next to it.
 
 This module is the facade: the code lives in `server.backends.python.pb_utils`, one concept per module,
-and this module exposes every public name models can reach (and that it exposed when it was one file).
+and this module exposes the names models use (Triton's, plus `json` and `np` as Triton's module has them).
 It also still exposes the host API (BLS executor, model manager, model scope, custom-metrics registry,
 request and tensor factories) under the old names; tcli's own code imports those from the owning
 modules. State (hooks, context variables, METRICS) lives in those modules only: set it with the
 `set_*` functions, never by assigning attributes here.
 """
 
-from __future__ import annotations
-
-# The one-file module's imports were reachable as attributes (and through `import *`, which it did not
-# limit); kept so that nothing a model could reach goes away.
-import asyncio
-import contextlib
-import contextvars
-import ctypes
-import enum
-import functools
-import itertools
+# Triton's own module imports these two at its top, and models have been seen reaching them through it
 import json
-import logging
-import math
-import re
-import sys
-import threading
-import weakref
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Protocol
+import sys as _sys
 
 import numpy as np
-import numpy.typing as npt
 
 from server.backends.python.pb_utils.datatypes import (
     TRITON_STRING_TO_NUMPY,
@@ -133,16 +113,11 @@ __all__ = [
     "TYPE_BOOL",
     "TYPE_BYTES",
     "TYPE_INVALID",
-    "Any",
-    "Awaitable",
     "BLSExecutor",
-    "Callable",
     "InferenceRequest",
     "InferenceResponse",
     "InferenceResponseSender",
     "InferenceTrace",
-    "Iterable",
-    "Iterator",
     "LogLevel",
     "Logger",
     "MemoryType",
@@ -156,44 +131,28 @@ __all__ = [
     "ModelManager",
     "ModelScope",
     "PreferredMemory",
-    "Protocol",
     "ResponseIterator",
     "ResponseTransport",
-    "Sequence",
     "Tensor",
     "TritonError",
     "TritonModelException",
-    "annotations",
-    "asyncio",
     "config_to_dtype",
-    "contextlib",
-    "contextmanager",
-    "contextvars",
-    "ctypes",
     "current_model_scope",
-    "dataclass",
     "deserialize_bytes_tensor",
     "dtype_to_wire",
-    "enum",
     "error_code_name",
-    "functools",
     "get_input_config_by_name",
     "get_input_tensor_by_name",
     "get_model_dir",
     "get_output_config_by_name",
     "get_output_tensor_by_name",
     "is_model_ready",
-    "itertools",
     "json",
     "load_model",
-    "logging",
-    "math",
     "model_scope",
     "new_execute_request",
     "np",
-    "npt",
     "numpy_to_triton_type",
-    "re",
     "release_flags",
     "request_parameters",
     "response_parameters",
@@ -201,15 +160,12 @@ __all__ = [
     "set_bls_executor",
     "set_default_model_scope",
     "set_model_manager",
-    "sys",
     "tensor_from_storage",
     "tensor_storage",
-    "threading",
     "triton_string_to_numpy",
     "triton_to_numpy_type",
     "unload_model",
     "using_decoupled_model_transaction_policy",
-    "weakref",
     "wire_to_dtype",
 ]
 
@@ -217,9 +173,9 @@ __all__ = [
 def _register_aliases() -> None:
     """One module object whichever name imported it first, so hooks installed through one name are
     seen by models importing the other."""
-    this = sys.modules[__name__]
+    this = _sys.modules[__name__]
     for alias in ("triton_python_backend_utils", "server.backends.python.triton_python_backend_utils"):
-        sys.modules.setdefault(alias, this)
+        _sys.modules.setdefault(alias, this)
 
 
 _register_aliases()
