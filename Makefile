@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 REFERENCE_SETUP := ../shared/reference/setup-triton.sh
 PYTEST_ARGS ?=
 
-.PHONY: serve test lint models reference promtool completions clean
+.PHONY: serve test lint models reference promtool azurite completions clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 serve: $(STAMP)
 	$(BIN)/tcli serve model_repository
 
-test: $(STAMP) reference promtool
+test: $(STAMP) reference promtool azurite
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # promtool (Debian package prometheus) checks the metrics exposition; its test is skipped without it.
@@ -31,6 +31,13 @@ promtool:
 	@command -v promtool >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus) >/dev/null 2>&1 \
 	  && echo "promtool: installed" || echo "promtool: not installed; its test will be skipped"; }
+
+# Azurite (Microsoft's Azure Storage emulator, npm) for the as:// repository tests, into the venv;
+# its tests are skipped without it.
+azurite:
+	@[ -x $(VENV)/node_modules/.bin/azurite-blob ] || { command -v npm >/dev/null 2>&1 && \
+	  npm install --silent --no-audit --no-fund --prefix $(VENV) azurite@3 >/dev/null 2>&1 \
+	  && echo "azurite: installed" || echo "azurite: not installed; its tests will be skipped"; }
 
 # Real Triton 2.51 and perf_analyzer 2.51 for the differential tests, when the reference script is
 # beside this checkout (tests that need it are skipped, with the reason, when it is not installed).

@@ -29,7 +29,7 @@ log = logging.getLogger("tcli.server")
 class ServerSettings:
     """tritonserver's options, with its flag names."""
 
-    model_repositories: list[Path]
+    model_repositories: list[Path | str]  # folders, or s3:// gs:// as:// paths
     model_control_mode: ControlMode = ControlMode.NONE
     repository_poll_secs: float = 15.0
     load_models: list[str] = field(default_factory=list)
@@ -46,6 +46,7 @@ class ServerSettings:
     allow_client_shm: bool = False
     http_max_input_size: int = 64 * 2**20
     log_verbose: int = 0
+    repoagent_directories: list[Path] = field(default_factory=list)  # --repoagent-directory
 
 
 class Server:
@@ -53,7 +54,9 @@ class Server:
 
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
-        self.manager = ModelManager(settings.model_repositories, settings.model_control_mode)
+        self.manager = ModelManager(
+            settings.model_repositories, settings.model_control_mode, settings.repoagent_directories
+        )
         self.service = InferenceService(
             self.manager,
             strict_readiness=settings.strict_readiness,
@@ -121,6 +124,7 @@ class Server:
 
     # pieces ----------------------------------------------------------------------------------------
     def load_models(self) -> None:
+        self.manager.refresh()  # list every bucket once; one that cannot be read is logged and retried
         self.manager.load_startup(self.settings.load_models)
         # Everything start-up built (frameworks, models) lives as long as the server: move it out of the
         # collector's reach, or each full collection walks it all and stalls the event loop for

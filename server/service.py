@@ -123,7 +123,9 @@ class InferenceService:
         return self.live_flag
 
     def ready(self) -> bool:
-        if not self.accepting:
+        """Accepting requests, every repository read at least once (a bucket that never answered
+        keeps the server unready), and with strict readiness every loaded model ready."""
+        if not self.accepting or not self.manager.repositories_listed():
             return False
         return self.manager.all_ready() if self.strict_readiness else True
 

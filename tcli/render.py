@@ -25,7 +25,9 @@ def _where(problem: Problem) -> str:
     return location
 
 
-def _relative(path: Path) -> str:
+def _relative(path: Path | str) -> str:
+    if isinstance(path, str):  # a file in object storage
+        return path
     try:
         return str(path.resolve().relative_to(Path.cwd()))
     except ValueError:
@@ -160,6 +162,8 @@ def startup_tables(server: Any) -> list[Table]:
             state = f"{state}: {row['reason']}"
         colour = "green" if state == "READY" else "red"
         status.add_row(escape(row["name"]), row.get("version", "-"), f"[{colour}]{escape(state)}[/]")
+    for repository, error in server.manager.repository_errors().items():
+        status.add_row(escape(f"(repository) {repository}"), "-", f"[red]UNAVAILABLE: {escape(error)}[/]")
 
     settings = server.settings
     options = Table(title="Options")

@@ -17,7 +17,7 @@ class Problem:
     severity: Severity
     message: str  # worded as Triton words it where Triton has a message
     fix: str | None = None  # what to change, in plain words
-    file: Path | None = None
+    file: Path | str | None = None  # a str for a file in object storage (s3://...)
     line: int | None = None
     column: int | None = None
     # False for mistakes real Triton still loads (a label file of the wrong length, duplicate tensor
@@ -41,7 +41,7 @@ class Problem:
 @dataclass
 class ModelReport:
     name: str
-    path: Path
+    path: Path | str
     versions: tuple[int, ...] = ()
     backend: str = ""
     problems: list[Problem] = field(default_factory=list)
@@ -66,7 +66,7 @@ class ModelReport:
 
 @dataclass
 class RepositoryReport:
-    repositories: list[Path]
+    repositories: list[Path | str]
     models: list[ModelReport] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)  # not tied to one model
 

@@ -1,5 +1,6 @@
-"""The model lifecycle: load, reload and unload models from repository folders, with Triton's control
-modes (none, poll, explicit).
+"""The model lifecycle: load, reload and unload models from repositories (local folders, or object
+storage through a local copy: sources.py), with Triton's control modes (none, poll, explicit) and the
+models' repository agents (agents/).
 
 A (re)load builds a complete new ServedModel beside the old one and swaps it in with one dict
 assignment: requests already holding the old model finish on its runners, which are then drained and
@@ -13,7 +14,8 @@ import enum
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,12 +24,14 @@ from server.backends.devices import visible_gpu_count
 from server.config import backends
 from server.config.model_folder import ModelFolder, scan_model, select_versions
 from server.protocol.errors import ErrorCode, TritonError, internal, not_found, unavailable
-from server.repository.layout import scan_repository
 from server.repository.memory import release_freed_memory
 from server.repository.models import ModelState, ServedModel, StatsBook, VersionEntry
+from server.repository.sources import Repository, open_repository
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from server.repository.agents.chain import AgentChain
 
 log = logging.getLogger("tcli.server")
 
@@ -38,23 +42,17 @@ class ControlMode(enum.StrEnum):
     EXPLICIT = "explicit"
 
 
-def folder_fingerprint(path: Path) -> tuple[object, ...]:
-    """Names, sizes and modification times of everything in a model folder: changes mean reload."""
-    entries: list[tuple[str, int, int]] = []
-    for item in sorted(path.rglob("*")):
-        if "__pycache__" in item.parts or not item.is_file():
-            continue
-        try:
-            stat = item.stat()
-        except OSError:
-            continue
-        entries.append((str(item.relative_to(path)), stat.st_size, stat.st_mtime_ns))
-    return tuple(entries)
-
-
 class ModelManager:
-    def __init__(self, repositories: list[Path], mode: ControlMode = ControlMode.NONE) -> None:
-        self.repositories = [Path(r) for r in repositories]
+    def __init__(
+        self,
+        repositories: Sequence[Path | str | Repository],
+        mode: ControlMode = ControlMode.NONE,
+        repoagent_directories: Sequence[Path] = (),
+    ) -> None:
+        self.repositories: list[Repository] = [
+            open_repository(r) if isinstance(r, str | Path) else r for r in repositories
+        ]
+        self.repoagent_directories = list(repoagent_directories)
         self.mode = mode
         self.stats = StatsBook()
         self.gpu_count = visible_gpu_count()
@@ -63,20 +61,46 @@ class ModelManager:
         self._name_locks: dict[str, threading.RLock] = {}  # one load/unload of a model at a time
         self._listeners: list[Callable[[str], None]] = []
         self._poller: RepositoryPoller | None = None
+        self._origins: dict[str, Repository] = {}  # the repository each model was last loaded from
 
     # discovery -------------------------------------------------------------------------------------
-    def folders(self) -> dict[str, ModelFolder]:
-        found: dict[str, ModelFolder] = {}
+    def refresh(self) -> None:
+        """Read what each repository holds now (one listing of each bucket); a repository that cannot
+        be read keeps what it last listed, and says why in the log and in `repository_errors`."""
         for repository in self.repositories:
-            for folder in scan_repository(repository):
-                found.setdefault(folder.name, folder)
+            try:
+                repository.refresh()
+            except (TritonError, OSError) as exc:
+                message = exc.message if isinstance(exc, TritonError) else str(exc)
+                log.error("failed to read model repository '%s': %s", repository.label, message)
+
+    def repository_errors(self) -> dict[str, str]:
+        return {r.label: r.error for r in self.repositories if r.error}
+
+    def repositories_listed(self) -> bool:
+        """Every repository has been read at least once (a bucket that never answered is not)."""
+        return all(r.listed for r in self.repositories)
+
+    def folders(self) -> dict[str, ModelFolder]:
+        return {name: folder for name, (_, folder) in self._located().items()}
+
+    def _located(self) -> dict[str, tuple[Repository, ModelFolder]]:
+        found: dict[str, tuple[Repository, ModelFolder]] = {}
+        for repository in self.repositories:
+            try:
+                folders = repository.folders()
+            except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+                log.error("failed to read model repository '%s': %s", repository.label, exc)
+                continue
+            for name, folder in folders.items():
+                found.setdefault(name, (repository, folder))
         return found
 
-    def _folder(self, name: str) -> ModelFolder:
+    def _locate(self, name: str) -> tuple[Repository, ModelFolder]:
         for repository in self.repositories:
-            path = repository / name
-            if path.is_dir():
-                return scan_model(path, repository)
+            folder = repository.folder(name)
+            if folder is not None:
+                return repository, folder
         raise _poll_failed(name)
 
     # reading ---------------------------------------------------------------------------------------
@@ -173,7 +197,10 @@ class ModelManager:
         """(Re)load a model; raises TritonError when it ends with no ready version. The new model is
         built outside the table's lock, so other models load and serve meanwhile."""
         with self._model_lock(name):
-            folder = self._folder(name)
+            if self.mode == ControlMode.EXPLICIT:
+                self.refresh()  # an explicit load reads the model as the repository holds it now
+            repository, folder = self._locate(name)
+            self._origins[name] = repository
             with self._lock:
                 old = self._models.get(name)
                 if old is None:
@@ -182,7 +209,7 @@ class ModelManager:
                         folder.path,
                         versions={v: VersionEntry(v, ModelState.LOADING) for v in folder.versions},
                     )
-            new = self._build(folder, config_override)
+            new = self._build(repository, folder, config_override)
             release_freed_memory()  # what loading freed: reading the model files, failed instances
             failed = not new.ready_versions()
             with self._lock:
@@ -219,13 +246,15 @@ class ModelManager:
             _retire(model)
             self._notify(name)
 
-    def forget(self, name: str) -> None:
-        """A model whose folder is gone: unload it and drop it from the index."""
+    def forget(self, name: str, repository: Repository | None = None) -> None:
+        """A model whose folder is gone: unload it and drop it from the index (and its local copy)."""
         with self._model_lock(name), self._lock:
             model = self._models.pop(name, None)
             if model is not None:
                 _retire(model)
                 self._notify(name)
+        if repository is not None:
+            repository.drop(name)
 
     def shutdown(self, timeout: float | None = None) -> None:
         if self._poller is not None:
@@ -234,6 +263,10 @@ class ModelManager:
             for model in self._models.values():
                 for runner in model.runners():
                     runner.stop(timeout)
+                if model.agents is not None:
+                    model.agents.unload()
+        for repository in self.repositories:
+            repository.close()
 
     def on_change(self, listener: Callable[[str], None]) -> None:
         self._listeners.append(listener)
@@ -244,12 +277,14 @@ class ModelManager:
 
     # polling ---------------------------------------------------------------------------------------
     def poll_once(self) -> list[str]:
-        """Reload changed models, load new ones, drop removed ones; returns the names acted on."""
+        """Reload changed models, load new ones, drop removed ones; returns the names acted on. A
+        repository that cannot be read keeps its models as they were."""
+        self.refresh()
         changed: list[str] = []
-        folders = self.folders()
-        for name, folder in folders.items():
+        located = self._located()
+        for name, (repository, _) in located.items():
             model = self._models.get(name)
-            if model is not None and model.fingerprint == folder_fingerprint(folder.path):
+            if model is not None and model.fingerprint == repository.fingerprint(name):
                 continue
             changed.append(name)
             try:
@@ -257,40 +292,72 @@ class ModelManager:
             except TritonError as exc:
                 log.error("Poll failed for model directory '%s': %s", name, exc.message)
         for name in list(self._models):
-            if name not in folders:
+            if name not in located:
                 changed.append(name)
-                self.forget(name)
+                self.forget(name, self._owner(name))
         return changed
+
+    def _owner(self, name: str) -> Repository | None:
+        return self._origins.get(name)
 
     def start_polling(self, interval_s: float) -> None:
         self._poller = RepositoryPoller(self, interval_s)
         self._poller.start()
 
     # building --------------------------------------------------------------------------------------
-    def _build(self, folder: ModelFolder, config_override: ModelConfig | None) -> ServedModel:
+    def _build(
+        self, repository: Repository, folder: ModelFolder, config_override: ModelConfig | None
+    ) -> ServedModel:
         from server.repository.validation import validate_model
         from server.request_checks import RequestRules
 
-        fingerprint = folder_fingerprint(folder.path)
+        fingerprint = repository.fingerprint(folder.name)
+        try:
+            folder, agents = self._materialize(repository, folder, config_override)
+        except TritonError as exc:  # a download or an agent failed: the model cannot be read
+            log.error("failed to load '%s': %s", folder.name, exc.message)
+            return _failed(ServedModel(folder.name, folder.path, None, fingerprint=fingerprint), folder, exc)
         report = validate_model(folder, gpu_count=self.gpu_count, config_override=config_override)
         blocking = [p for p in report.problems if p.severity == "error" and p.blocks_load]
-        served = ServedModel(folder.name, folder.path, report.config, fingerprint=fingerprint)
+        served = ServedModel(folder.name, folder.path, report.config, fingerprint=fingerprint, agents=agents)
         if blocking or report.config is None:
             reason = TritonError(ErrorCode.INVALID_ARG, blocking[0].message if blocking else "invalid config")
-            served.versions = {
-                v: VersionEntry(v, ModelState.UNAVAILABLE, reason.status_string()) for v in folder.versions
-            }
-            if not served.versions:
-                served.versions = {
-                    _NO_VERSION: VersionEntry(_NO_VERSION, ModelState.UNAVAILABLE, reason.status_string())
-                }
-            return served
+            if agents is not None:
+                agents.finish(loaded=False)
+                served.agents = None
+            return _failed(served, folder, reason)
         config = report.config
         served.rules = RequestRules(config)
         served.labels = _read_labels(config, folder.path)
         for version in select_versions(config.version_policy, folder.versions):
             served.versions[version] = self._load_version(config, folder, version)
+        if agents is not None:
+            agents.finish(loaded=bool(served.ready_versions()))
+            if not served.ready_versions():
+                served.agents = None
         return served
+
+    def _materialize(
+        self, repository: Repository, folder: ModelFolder, config_override: ModelConfig | None
+    ) -> tuple[ModelFolder, AgentChain | None]:
+        """The model's files on local disk, through its repository agents when its config lists some:
+        the folder to load from (named as the model), and the agents to tell when it unloads."""
+        from server.repository.agents.chain import AgentChain
+
+        remote = repository.remote(folder.name)
+        local = repository.fetch(folder.name, config_only=True) if remote else folder
+        config = config_override if config_override is not None else _agent_config(local)
+        if config is None or not config.model_repository_agents.agents:
+            return (repository.fetch(folder.name) if remote else folder), None
+        chain, path = AgentChain.load(
+            config,
+            None if remote else folder.path,
+            remote.url if remote else None,
+            lambda: repository.fetch(folder.name).path,
+            self.repoagent_directories,
+        )
+        loaded = scan_model(path, folder.repository)
+        return replace(loaded, name=folder.name), chain
 
     def _load_ensemble(self, config: ModelConfig, version: int) -> VersionEntry:
         """Composing models load with the ensemble (when not loaded yet); the ensemble is READY when
@@ -334,6 +401,26 @@ class ModelManager:
 
 _UNLOADED = "unloaded"  # the reason of an unloaded version, as Triton words it
 _NO_VERSION = 0  # the stand-in entry carrying the reason of a model with no version to serve
+
+
+def _failed(served: ServedModel, folder: ModelFolder, reason: TritonError) -> ServedModel:
+    """`served` with every version of `folder` UNAVAILABLE for `reason`."""
+    status = reason.status_string()
+    served.versions = {v: VersionEntry(v, ModelState.UNAVAILABLE, status) for v in folder.versions}
+    if not served.versions:
+        served.versions = {_NO_VERSION: VersionEntry(_NO_VERSION, ModelState.UNAVAILABLE, status)}
+    return served
+
+
+def _agent_config(folder: ModelFolder) -> ModelConfig | None:
+    """The config as written, for its repository agents; None when there is none or it does not parse
+    (validation reports that)."""
+    from server.config.parse import read_config
+
+    try:
+        return read_config(folder.config_path)[0] if folder.config_path.is_file() else None
+    except TritonError:
+        return None
 
 
 def _poll_failed(name: str) -> TritonError:
@@ -387,14 +474,17 @@ def _read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:
 
 
 def _retire(model: ServedModel) -> None:
-    """Drain and unload a replaced model's runners off the caller's thread."""
+    """Drain and unload a replaced model's runners off the caller's thread, then tell its agents."""
     runners = model.runners()
-    if not runners:
+    agents, model.agents = model.agents, None
+    if not runners and agents is None:
         return
 
     def stop() -> None:
         for runner in runners:
             runner.stop()
+        if agents is not None:
+            agents.unload()
         release_freed_memory()
 
     threading.Thread(target=stop, name=f"retire-{model.name}", daemon=True).start()
@@ -428,7 +518,8 @@ class RepositoryPoller:
 
             observer = Observer()
             for repository in self.manager.repositories:
-                observer.schedule(Handler(), str(repository), recursive=True)
+                for path in repository.local_paths():
+                    observer.schedule(Handler(), str(path), recursive=True)
             observer.daemon = True
             observer.start()
             self._observer = observer

@@ -13,6 +13,7 @@ from server.stats import ModelStats
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+    from server.repository.agents.chain import AgentChain
     from server.request_checks import RequestRules
     from server.scheduling.ensemble import EnsembleSchedule
     from server.scheduling.runner import ModelRunner
@@ -47,6 +48,7 @@ class ServedModel:
     labels: dict[str, list[str]] = field(default_factory=dict)
     versions: dict[int, VersionEntry] = field(default_factory=dict)
     fingerprint: tuple[object, ...] = ()
+    agents: AgentChain | None = None  # its repository agents, told when it unloads
 
     def ready_versions(self) -> list[int]:
         return sorted(v for v, e in self.versions.items() if e.state == ModelState.READY)

@@ -173,6 +173,6 @@ def _check_ensembles(report: RepositoryReport) -> None:
         config = model.config
         if config is None or config.platform != backends.ENSEMBLE:
             continue
-        path = model.path / CONFIG_FILENAME
+        path = Path(model.path) / CONFIG_FILENAME
         source = SourceText(path, path.read_text(encoding="utf-8")) if path.exists() else None
         check_ensemble(config, known, configs, Findings(model.name, source, model.problems))

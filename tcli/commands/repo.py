@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -35,18 +36,31 @@ class Kind(enum.StrEnum):
     gpu = "gpu"
 
 
-def _repositories(repositories: list[Path] | None) -> list[Path]:
+def _repositories(repositories: list[str] | None) -> list[str | Path]:
     if repositories:
-        return repositories
+        return list(repositories)
     if DEFAULT_REPOSITORY.is_dir():
         return [DEFAULT_REPOSITORY]
     raise CliError("no repository given and ./model_repository does not exist: pass the repository folder")
 
 
+def _relabel(text: str | Path | None, copies: list[Any]) -> Any:
+    """A path inside a downloaded copy of a bucket, written as the bucket path the user gave."""
+    if text is None:
+        return None
+    for copy in copies:
+        if copy.path is not None and copy.label != str(copy.path) and str(text).startswith(str(copy.path)):
+            return copy.label + str(text)[len(str(copy.path)) :]
+    return text
+
+
 @app.command()
 def validate(
     repositories: Annotated[
-        list[Path] | None, typer.Argument(help="Model repository folders (default: ./model_repository).")
+        list[str] | None,
+        typer.Argument(
+            help="Model repositories: folders or s3:// gs:// as:// paths (default: ./model_repository)."
+        ),
     ] = None,
     format: Annotated[
         ValidateFormat, typer.Option("--format", "-f", help="table, json, or github (Actions annotations).")
@@ -65,21 +79,34 @@ def validate(
     """
     from rich.console import Console
 
+    from server.config.problems import Problem
+    from server.repository.sources import local_copies
     from server.repository.validation import validate_repositories
     from tcli import render
 
-    repos = _repositories(repositories)
     err = Console(stderr=True)
     show_progress = format == ValidateFormat.table and err.is_terminal
-    if show_progress:
-        with err.status("checking models…") as status:
-            report = validate_repositories(
-                repos,
-                auto_complete=not disable_auto_complete_config,
-                on_model=lambda name: status.update(f"checking [bold]{name}[/]…"),
-            )
-    else:
-        report = validate_repositories(repos, auto_complete=not disable_auto_complete_config)
+    with local_copies(_repositories(repositories)) as copies:
+        repos = [copy.path for copy in copies if copy.path is not None]
+        if show_progress:
+            with err.status("checking models…") as status:
+                report = validate_repositories(
+                    repos,
+                    auto_complete=not disable_auto_complete_config,
+                    on_model=lambda name: status.update(f"checking [bold]{name}[/]…"),
+                )
+        else:
+            report = validate_repositories(repos, auto_complete=not disable_auto_complete_config)
+        report.repositories = [copy.label for copy in copies]
+        report.problems[:0] = [
+            Problem("error", copy.error, "check the path and the storage credentials", copy.label)
+            for copy in copies
+            if copy.error
+        ]
+        for model in report.models:
+            model.path = _relabel(model.path, copies)
+            model.problems = [dataclasses.replace(p, file=_relabel(p.file, copies)) for p in model.problems]
+        report.problems = [dataclasses.replace(p, file=_relabel(p.file, copies)) for p in report.problems]
     if format == ValidateFormat.json:
         print(render.validation_json(report))
     elif format == ValidateFormat.github:
@@ -190,7 +217,10 @@ def _named(options: ScaffoldOptions, name: str) -> ScaffoldOptions:
 @app.command()
 def index(
     repositories: Annotated[
-        list[Path] | None, typer.Argument(help="Model repository folders (default: ./model_repository).")
+        list[str] | None,
+        typer.Argument(
+            help="Model repositories: folders or s3:// gs:// as:// paths (default: ./model_repository)."
+        ),
     ] = None,
     format: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.table,
 ) -> None:
@@ -200,9 +230,18 @@ def index(
     from rich.console import Console
 
     from server.repository.index import index_rows
+    from server.repository.sources import local_copies
     from tcli import render
 
-    rows = index_rows(_repositories(repositories))
+    with local_copies(_repositories(repositories)) as copies:
+        failed = [copy for copy in copies if copy.error]
+        if failed:
+            raise CliError(f"cannot read model repository '{failed[0].label}': {failed[0].error}")
+        rows = []
+        for copy in copies:
+            assert copy.path is not None
+            for row in index_rows([copy.path]):
+                rows.append({**row, "repository": copy.label})
     if format == OutputFormat.json:
         print(json.dumps(rows, indent=2))
     else:

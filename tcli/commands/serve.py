@@ -43,15 +43,18 @@ class GrpcImplementation(enum.StrEnum):
 @app.command()
 def serve(
     repositories: Annotated[
-        list[Path] | None,
-        typer.Argument(help="Model repositories (default: ./model_repository).", show_default=False),
+        list[str] | None,
+        typer.Argument(
+            help="Model repositories: folders or s3:// gs:// as:// paths (default: ./model_repository).",
+            show_default=False,
+        ),
     ] = None,
     model_repository: Annotated[
-        list[Path] | None,
+        list[str] | None,
         typer.Option(
             "--model-repository",
             "--model-store",
-            help="Model repository (repeatable), as tritonserver takes it.",
+            help="Model repository (repeatable), as tritonserver takes it: a folder, s3://, gs:// or as://.",
         ),
     ] = None,
     model_control_mode: Annotated[
@@ -92,20 +95,29 @@ def serve(
     ] = "false",
     http_max_input_size: Annotated[int, typer.Option(help="Largest request body in bytes.")] = 64 * 2**20,
     log_verbose: Annotated[int, typer.Option(help="Verbose logging level (0 = off).")] = 0,
+    repoagent_directory: Annotated[
+        list[Path] | None,
+        typer.Option(help="Folder of repository agents (NAME/agent.py); repeatable."),
+    ] = None,
 ) -> None:
     """Serve a model repository over Triton's HTTP/REST and gRPC protocols, with Prometheus metrics."""
     import logging
 
     from server.app import ServerSettings, run
+    from server.protocol.errors import TritonError
     from server.repository.manager import ControlMode
+    from server.repository.storage.location import parse_location
 
-    repos = list(repositories or []) + list(model_repository or [])
-    if not repos:
-        repos = [Path("model_repository")]
+    repos: list[Path | str] = [*(repositories or []), *(model_repository or [])] or [Path("model_repository")]
     for repo in repos:
-        if not repo.is_dir():
+        try:
+            location = parse_location(repo)
+        except TritonError as exc:
+            raise CliError(exc.message) from None
+        if isinstance(location, Path) and not location.is_dir():
             raise CliError(
-                f"model repository '{repo}' is not a directory: pass the folder that holds the model folders"
+                f"model repository '{repo}' is not a directory: pass the folder that holds the model folders, "
+                "or an s3://, gs:// or as:// path"
             )
     logging.basicConfig(
         level=logging.DEBUG if log_verbose else logging.INFO,
@@ -130,6 +142,7 @@ def serve(
         allow_client_shm=_flag("allow-client-shm", allow_client_shm),
         http_max_input_size=http_max_input_size,
         log_verbose=log_verbose,
+        repoagent_directories=list(repoagent_directory or []),
     )
     try:
         code = run(settings, on_started=_print_startup)
