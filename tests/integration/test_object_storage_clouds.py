@@ -84,7 +84,9 @@ def test_an_azure_repository_is_served_and_polled(tmp_path: Path, monkeypatch: p
         monkeypatch.delenv("TRITON_CLOUD_CREDENTIAL_PATH", raising=False)
         from azure.storage.blob import BlobServiceClient
 
-        container = BlobServiceClient.from_connection_string(azurite.connection_string).create_container("models")
+        container = BlobServiceClient.from_connection_string(azurite.connection_string).create_container(
+            "models"
+        )
         for name, data in files(ADD_SUB):
             container.upload_blob(f"repo/add_sub/{name}", data)
         server = serve(f"as://{AZURITE_ACCOUNT}/models/repo")
