@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 REFERENCE_SETUP := ../shared/reference/setup-triton.sh
 PYTEST_ARGS ?=
 
-.PHONY: serve test lint models reference promtool azurite completions clean
+.PHONY: serve test lint models reference promtool tinyproxy azurite completions clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 serve: $(STAMP)
 	$(BIN)/tcli serve model_repository
 
-test: $(STAMP) reference promtool azurite
+test: $(STAMP) reference promtool tinyproxy azurite
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # promtool (Debian package prometheus) checks the metrics exposition; its test is skipped without it.
@@ -31,6 +31,13 @@ promtool:
 	@command -v promtool >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus) >/dev/null 2>&1 \
 	  && echo "promtool: installed" || echo "promtool: not installed; its test will be skipped"; }
+
+# tinyproxy (Debian package) stands where Dragonfly's proxy stands in the dragonfly agent's tests.
+tinyproxy:
+	@command -v tinyproxy >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -qq --no-install-recommends tinyproxy || (apt-get update -qq && \
+	   apt-get install -y -qq --no-install-recommends tinyproxy)) >/dev/null 2>&1 \
+	  && echo "tinyproxy: installed" || echo "tinyproxy: not installed; its tests will be skipped"; }
 
 # Azurite (Microsoft's Azure Storage emulator, npm) for the as:// repository tests, into the venv;
 # its tests are skipped without it.

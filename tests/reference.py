@@ -83,7 +83,10 @@ class RealTriton:
         log_path: Path | None = None,
     ) -> None:
         self.binary = binary
-        self.model_repository = Path(model_repository)
+        # a bucket path stays a string: Path would fold the "//" of s3://
+        self.model_repository = (
+            model_repository if isinstance(model_repository, str) else Path(model_repository)
+        )
         self.args = list(args)
         self.ready_timeout = ready_timeout
         self.require_ready = require_ready

@@ -159,8 +159,12 @@ class ModelManager:
         return rows
 
     def all_ready(self) -> bool:
+        """Strict readiness as Triton judges it: every version of every model READY, except versions
+        that were unloaded on purpose (an explicit unload, or a version the policy no longer serves)."""
         return all(
-            all(e.state == ModelState.READY for e in m.versions.values()) for m in self._models.values()
+            m.versions
+            and all(e.state == ModelState.READY or e.reason == _UNLOADED for e in m.versions.values())
+            for m in self._models.values()
         )
 
     # changing --------------------------------------------------------------------------------------
@@ -217,6 +221,8 @@ class ModelManager:
                     # keep serving what works; the failure is reported, and a later fix is picked up
                     old.fingerprint = new.fingerprint
                     raise _load_failure(name, new)
+                if old is not None:
+                    _keep_unloaded_versions(old, new)
                 self._models[name] = new
                 if old is not None:
                     _retire(old)
@@ -401,6 +407,16 @@ class ModelManager:
 
 _UNLOADED = "unloaded"  # the reason of an unloaded version, as Triton words it
 _NO_VERSION = 0  # the stand-in entry carrying the reason of a model with no version to serve
+
+
+def _keep_unloaded_versions(old: ServedModel, new: ServedModel) -> None:
+    """Versions the old model served that the new one does not (a newer version took over, a version
+    folder went) stay in the index as UNAVAILABLE "unloaded", as Triton keeps them."""
+    for version, entry in old.versions.items():
+        if version in new.versions or version == _NO_VERSION:
+            continue
+        if entry.state in (ModelState.READY, ModelState.LOADING) or entry.reason == _UNLOADED:
+            new.versions[version] = VersionEntry(version, ModelState.UNAVAILABLE, _UNLOADED)
 
 
 def _failed(served: ServedModel, folder: ModelFolder, reason: TritonError) -> ServedModel:
