@@ -86,24 +86,24 @@ def test_a_version_the_policy_drops_stays_listed_as_unloaded(tmp_path: Path) -> 
         allow_grpc=False,
         allow_metrics=False,
     )
-    with RealTriton(binary, tmp_path, ["--model-control-mode=poll", "--repository-poll-secs=1"]) as triton:
-        with Server(settings) as tcli:
-            addresses = [triton.http_address, f"127.0.0.1:{tcli.http_port}"]
-            shutil.copytree(
-                ADD_SUB / "1", tmp_path / "add_sub" / "2", ignore=shutil.ignore_patterns("__pycache__")
-            )
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                rows = [settled(address) for address in addresses]
-                if all(any(r.get("version") == "2" and r["state"] == "READY" for r in row) for row in rows):
-                    break
-                time.sleep(0.2)
-            assert (
-                rows[0]
-                == rows[1]
-                == [
-                    {"name": "add_sub", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"},
-                    {"name": "add_sub", "version": "2", "state": "READY"},
-                ]
-            )
-            assert [ready(address) for address in addresses] == [True, True]
+    triton = RealTriton(binary, tmp_path, ["--model-control-mode=poll", "--repository-poll-secs=1"])
+    with triton, Server(settings) as tcli:
+        addresses = [triton.http_address, f"127.0.0.1:{tcli.http_port}"]
+        shutil.copytree(
+            ADD_SUB / "1", tmp_path / "add_sub" / "2", ignore=shutil.ignore_patterns("__pycache__")
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            rows = [settled(address) for address in addresses]
+            if all(any(r.get("version") == "2" and r["state"] == "READY" for r in row) for row in rows):
+                break
+            time.sleep(0.2)
+        assert (
+            rows[0]
+            == rows[1]
+            == [
+                {"name": "add_sub", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"},
+                {"name": "add_sub", "version": "2", "state": "READY"},
+            ]
+        )
+        assert [ready(address) for address in addresses] == [True, True]
