@@ -144,7 +144,7 @@ def _launch(
 
 
 def start_tcli(
-    repos: Sequence[Path],
+    repos: Sequence[Path | str],
     log_path: Path,
     *,
     extra: Sequence[str] = (),
@@ -157,7 +157,9 @@ def start_tcli(
     return Server("tcli", _launch("tcli", command, log_path, cpus), http, grpc, log_path, launched)
 
 
-def start_triton(repo: Path, log_path: Path, *, cpus: Sequence[int] | None = None) -> Server:
+def start_triton(
+    repo: Path | str, log_path: Path, *, extra: Sequence[str] = (), cpus: Sequence[int] | None = None
+) -> Server:
     http, grpc, metrics = free_port(), free_port(), free_port()
     command = [
         str(TRITONSERVER),
@@ -165,6 +167,7 @@ def start_triton(repo: Path, log_path: Path, *, cpus: Sequence[int] | None = Non
         f"--http-port={http}",
         f"--grpc-port={grpc}",
         f"--metrics-port={metrics}",
+        *extra,
     ]
     launched = time.monotonic()
     return Server("triton", _launch("triton", command, log_path, cpus), http, grpc, log_path, launched)

@@ -22,6 +22,9 @@ Scenarios (--only names in brackets; benchmarks/NOTES.md says what each measures
   5 [perf]      tcli perf against perf_analyzer on the same server and model (perf_delay, a
                 python model taking a fixed 5 ms per request on 8 instances), concurrency
                 1/4/8 over HTTP and gRPC: ratio within 0.90-1.10; add_sub as info rows.
+  6 [storage]   the python examples in a bucket on moto's S3 server on loopback: cold start, tcli
+                vs real Triton, <= 1.00; an unchanged bucket polled each second for a minute:
+                objects tcli downloads, 0.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import batching, frontend, instances, perf_tools, startup
+from benchmarks import batching, frontend, instances, perf_tools, startup, storage
 from benchmarks.context import Context
 from benchmarks.harness import Server, Windows, ensure_reference, log, start_tcli, start_triton
 from benchmarks.repos import copy_examples
@@ -46,7 +49,7 @@ from benchmarks.table import Row, machine, render, write_json
 # other work on these 2 cores moves throughput by more than 10% between windows, and a comparison
 # is a median over interleaved runs anyway; both load generators are given the same value
 STABILITY_PCT = 100
-SCENARIOS = ("frontend", "batching", "instances", "startup", "perf")
+SCENARIOS = ("frontend", "batching", "instances", "startup", "perf", "storage")
 # scenario 5: the server on core 0, each load generator on core 1 (see NOTES.md)
 SERVER_CPUS, CLIENT_CPUS = [0], [1]
 
@@ -101,6 +104,8 @@ def main() -> None:
         if "startup" in chosen:
             rows += startup.ready_rows(ctx, ctx.workdir / "python-repo")
             rows += [startup.memory_growth_row(ctx), startup.unload_row(ctx)]
+        if "storage" in chosen:
+            rows += storage.rows(ctx)
     took = time.monotonic() - began
     mode = "--quick" if args.quick else "default"
     # the 1-minute load average before and after: other work on the machine moves every figure

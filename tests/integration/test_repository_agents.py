@@ -266,3 +266,30 @@ def test_a_model_in_s3_reaches_the_checksum_agent_as_its_downloaded_copy(
             assert versions(manager) == [("READY", "")]
         finally:
             manager.shutdown()
+
+
+def test_an_installed_package_provides_an_agent_through_its_entry_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `pip install` of a package declaring [project.entry-points."tcli.repository_agents"] leaves
+    on sys.path: its module and a dist-info folder naming the entry point."""
+    from server.repository.agents import registry
+
+    site = tmp_path / "site"
+    (site / "acme_agents").mkdir(parents=True)
+    (site / "acme_agents" / "__init__.py").write_text(RECORDER)
+    dist = site / "acme_agents-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-agents\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[tcli.repository_agents]\naudit = acme_agents:TritonRepoAgent\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(registry, "_agents", {})
+    log = tmp_path / "actions.jsonl"
+    with_agents(tmp_path / "repo", f'{{ name: "audit", parameters {{ key: "log" value: "{log}" }} }}')
+    manager = ModelManager([tmp_path / "repo"], ControlMode.EXPLICIT)
+    try:
+        manager.load("add_sub")
+        assert versions(manager) == [("READY", "")]
+        assert recorded(log)[0] == ["audit", "LOAD", "FILESYSTEM"]
+    finally:
+        manager.shutdown()
