@@ -135,3 +135,31 @@ def test_dragonfly_refuses_a_local_model_and_a_missing_config(
         assert "is in a local folder" in row["reason"] and "object storage" in row["reason"]
     finally:
         manager.shutdown()
+
+
+def test_a_model_in_azure_storage_comes_through_the_proxy_with_a_sas_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from azure.storage.blob import BlobServiceClient
+
+    from tests.object_storage import AZURITE_ACCOUNT, azurite_server
+
+    with azurite_server(tmp_path) as azurite, tinyproxy(tmp_path) as (proxy, proxy_log):
+        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
+        monkeypatch.delenv("TRITON_CLOUD_CREDENTIAL_PATH", raising=False)
+        container = BlobServiceClient.from_connection_string(azurite.connection_string).create_container(
+            "p2p"
+        )
+        model = dragonfly_model(tmp_path / "src")
+        for path in sorted(model.rglob("*")):
+            if path.is_file():
+                container.upload_blob(f"repo/add_sub/{path.relative_to(model).as_posix()}", path.read_bytes())
+        write_dragonfly_config(tmp_path, proxy, monkeypatch)
+        manager = ModelManager([f"as://{AZURITE_ACCOUNT}/p2p/repo"], ControlMode.EXPLICIT)
+        try:
+            manager.load("add_sub")
+            assert [r.get("state") for r in manager.index()] == ["READY"]
+        finally:
+            manager.shutdown()
+        log = proxy_log.read_text()
+        assert "/p2p/repo/add_sub/1/model.py?" in log and "sig=" in log  # a SAS-signed URL, through the proxy
