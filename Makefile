@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 REFERENCE_SETUP := ../shared/reference/setup-triton.sh
 PYTEST_ARGS ?=
 
-.PHONY: serve test lint models reference promtool tinyproxy azurite completions clean
+.PHONY: serve test lint models reference promtool tinyproxy haproxy azurite completions clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 serve: $(STAMP)
 	$(BIN)/tcli serve model_repository
 
-test: $(STAMP) reference promtool tinyproxy azurite
+test: $(STAMP) reference promtool tinyproxy haproxy azurite
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # promtool (Debian package prometheus) checks the metrics exposition; its test is skipped without it.
@@ -38,6 +38,13 @@ tinyproxy:
 	  (apt-get install -y -qq --no-install-recommends tinyproxy || (apt-get update -qq && \
 	   apt-get install -y -qq --no-install-recommends tinyproxy)) >/dev/null 2>&1 \
 	  && echo "tinyproxy: installed" || echo "tinyproxy: not installed; its tests will be skipped"; }
+
+# HAProxy (Debian package) balances two tcli replicas in the load-balancer tests.
+haproxy:
+	@command -v haproxy >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -qq --no-install-recommends haproxy || (apt-get update -qq && \
+	   apt-get install -y -qq --no-install-recommends haproxy)) >/dev/null 2>&1 \
+	  && echo "haproxy: installed" || echo "haproxy: not installed; its tests will be skipped"; }
 
 # Azurite (Microsoft's Azure Storage emulator, npm) for the as:// repository tests, into the venv;
 # its tests are skipped without it.
