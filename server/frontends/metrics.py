@@ -23,12 +23,15 @@ counter also has `reason` = REJECTED | CANCELED | BACKEND | OTHER, all four alwa
     nv_cpu_memory_total_bytes               gauge    host RAM
     nv_cpu_memory_used_bytes                gauge    host RAM in use (total - available, as Triton)
 
-tcli's addition, also per model version:
+tcli's additions, also per model version:
 
     tcli_inference_batch_size               histogram  rows per model execution (Triton's batch_stats
                                                        as a histogram; buckets: powers of two up to the
                                                        model's max_batch_size, its preferred batch sizes,
                                                        max_batch_size itself, +Inf)
+    tcli_model_ready                        gauge      1 while the version is READY, else 0 (loading,
+                                                       failed); every version the repository index
+                                                       lists, except those unloaded on purpose
 
 "Is dynamic batching working?" in one PromQL query, the average batch a model executes:
 
@@ -40,8 +43,14 @@ by one, and rises towards the preferred/max batch size when the dynamic batcher 
 shape of the distribution (a Grafana heatmap, or the median):
 `histogram_quantile(0.5, sum by (model, le) (rate(tcli_inference_batch_size_bucket[5m])))`.
 
-As in Triton: a model version's series exist while it is loaded and go away when it is unloaded;
-families with no series are not written; the process's CPU and memory series are always written.
+Triton 2.51 has no model-state family (its state is only in the repository index API), so an alert on
+a model that failed to load needs tcli's: `max by (model) (tcli_model_ready) == 0`. Versions unloaded
+on purpose (an explicit unload, a newer version taking over) are left out, as strict readiness leaves
+them out, so that unloading a model does not page anyone.
+
+As in Triton: a model version's series (tcli_model_ready's aside) exist while it is loaded and go
+away when it is unloaded; families with no series are not written; the process's CPU and memory
+series are always written.
 Unlike Triton, counters keep counting across a reload (the statistics outlive it), which Prometheus'
 rate() treats the same as Triton's reset-free case. Triton's pinned-memory pool gauges are not
 written: tcli has no pinned memory pool.
@@ -138,6 +147,11 @@ _BATCH_SIZE = (
     "tcli_inference_batch_size",
     "Number of rows (batch size) per model execution; a dynamic batcher merging requests raises it",
 )
+_READY = (
+    "tcli_model_ready",
+    "Whether the model version is ready (1) or not (0: loading, failed to load); tcli's own, not Triton's",
+)
+_UNLOADED = "unloaded"  # the repository's reason for a version unloaded on purpose (not a failure)
 
 
 # ------------------------------------------------------------------------------------------ host CPU
@@ -331,6 +345,19 @@ def batch_size_families(versions: list[VersionSnapshot]) -> Iterator[Metric]:
     yield histogram
 
 
+def ready_families(manager: ModelManager) -> Iterator[Metric]:
+    """tcli_model_ready per version of the repository index (read from memory, not from storage)."""
+    from prometheus_client.metrics_core import GaugeMetricFamily
+
+    ready = GaugeMetricFamily(*_READY, labels=("model", "version"))
+    for name, model in sorted(list(manager.models().items())):
+        for version, entry in sorted(list(model.versions.items())):
+            if entry.reason != _UNLOADED:
+                ready.add_metric([name, str(version)], 1 if entry.state == ModelState.READY else 0)
+    if ready.samples:
+        yield ready
+
+
 def host_families(cpu: CpuSampler) -> Iterator[Metric]:
     from prometheus_client.metrics_core import GaugeMetricFamily
 
@@ -351,7 +378,12 @@ class TritonCollector:
 
     def collect(self) -> Iterable[Metric]:
         versions = snapshot(self.manager)
-        return [*model_families(versions), *host_families(self.cpu), *batch_size_families(versions)]
+        return [
+            *model_families(versions),
+            *host_families(self.cpu),
+            *batch_size_families(versions),
+            *ready_families(self.manager),
+        ]
 
 
 class _Collected:

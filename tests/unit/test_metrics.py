@@ -182,14 +182,16 @@ def fill_batcher_stats(manager: ModelManager) -> None:
 
 
 # ----------------------------------------------------------------------------------------- families
-def test_families_are_tritons_in_tritons_order_then_tcli_histogram(manager: ModelManager) -> None:
+def test_families_are_tritons_in_tritons_order_then_tclis(manager: ModelManager) -> None:
     scrape = Exposition(metrics_text(manager))
     expected = [*TRITON_FAMILIES, *HOST_FAMILIES]
-    assert scrape.order == [name for name, _, _ in expected] + ["tcli_inference_batch_size"]
+    tcli_families = ["tcli_inference_batch_size", "tcli_model_ready"]
+    assert scrape.order == [name for name, _, _ in expected] + tcli_families
     for name, kind, doc in expected:
         assert scrape.types[name] == kind, name
         assert scrape.help[name] == doc, name
     assert scrape.types["tcli_inference_batch_size"] == "histogram"
+    assert scrape.types["tcli_model_ready"] == "gauge"
 
 
 def test_counter_samples_are_named_like_tritons_without_total(manager: ModelManager) -> None:
@@ -279,6 +281,43 @@ def test_without_loaded_models_only_host_families_are_written(tmp_path: Path) ->
     manager = ModelManager([tmp_path])
     scrape = Exposition(metrics_text(manager))
     assert scrape.order == [name for name, _, _ in HOST_FAMILIES]
+
+
+# ----------------------------------------------------------------------------------------- readiness
+def test_model_ready_is_one_per_ready_version_and_leaves_out_versions_unloaded_on_purpose(
+    manager: ModelManager,
+) -> None:
+    scrape = Exposition(metrics_text(manager))
+    assert scrape.series("tcli_model_ready") == [
+        {"model": "batcher", "version": "1"},
+        {"model": "plain", "version": "2"},  # plain v1 was unloaded: no series, nothing to alert on
+    ]
+    assert scrape.value("tcli_model_ready", model="batcher", version="1") == 1
+    assert "tcli's own, not Triton's" in scrape.help["tcli_model_ready"]
+
+
+def test_model_ready_is_zero_for_versions_that_failed_or_are_loading(manager: ModelManager) -> None:
+    broken = config(PLAIN_CONFIG.replace('"plain"', '"broken"'))
+    serve(
+        manager,
+        broken,
+        v1=VersionEntry(1, ModelState.UNAVAILABLE, "INTERNAL: model.py raised"),
+        v2=VersionEntry(2, ModelState.LOADING),
+    )
+    scrape = Exposition(metrics_text(manager))
+    assert scrape.value("tcli_model_ready", model="broken", version="1") == 0
+    assert scrape.value("tcli_model_ready", model="broken", version="2") == 0
+    # the model-not-ready alert's view: no ready version of `broken`, while Triton's families skip it
+    assert all(labels["model"] != "broken" for labels in scrape.series("nv_inference_request_success"))
+
+
+def test_model_ready_is_written_when_no_version_loaded(tmp_path: Path) -> None:
+    """Every model failed: Triton's per-model families are absent, the readiness gauge says why."""
+    manager = ModelManager([tmp_path])
+    serve(manager, config(PLAIN_CONFIG), v1=VersionEntry(1, ModelState.UNAVAILABLE, "failed"))
+    scrape = Exposition(metrics_text(manager))
+    assert scrape.order == [name for name, _, _ in HOST_FAMILIES] + ["tcli_model_ready"]
+    assert scrape.value("tcli_model_ready", model="plain", version="1") == 0
 
 
 # ----------------------------------------------------------------------------------------- batching
