@@ -109,12 +109,12 @@ CHART = DEPLOY / "helm" / "tcli"
 KUBERNETES = "1.30"
 
 
-def render_chart(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The chart's manifests, rendered offline by Helm's own library (release `demo` in `ml`)."""
+def render_chart(values: dict[str, Any] | None = None, release: str = "demo") -> list[dict[str, Any]]:
+    """The chart's manifests, rendered offline by Helm's own library (namespace `ml`)."""
     import helm_python as helm
 
     with helm.Chart.load(CHART) as chart:
-        rendered = chart.render(values, name="demo", namespace="ml")
+        rendered = chart.render(values, name=release, namespace="ml")
     return [
         document
         for name, text in sorted(rendered.items())
