@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from server.logs import LogSettings
 from server.protocol.shm import SharedMemoryRegistry
-from server.repository.manager import ControlMode, ModelManager
+from server.repository.manager import ControlMode, LoadOptions, ModelManager
 from server.service import InferenceService
 
 log = logging.getLogger("tcli.server")
@@ -47,6 +48,29 @@ class ServerSettings:
     http_max_input_size: int = 64 * 2**20
     log_verbose: int = 0
     repoagent_directories: list[Path] = field(default_factory=list)  # --repoagent-directory
+    server_id: str = "triton"  # --id: the name server metadata answers
+    exit_on_error: bool = False  # --exit-on-error (tritonserver's default is true; `tcli serve` passes it)
+    auto_complete_config: bool = True  # False: --disable-auto-complete-config / --strict-model-config=true
+    model_config_name: str = ""  # --model-config-name: configs/<name>.pbtxt where a model has it
+    model_load_thread_count: int = 4
+    model_load_retry_count: int = 0
+    reuse_http_port: bool = False
+    reuse_grpc_port: bool = False
+    grpc_address: str | None = None  # None: `host`
+    metrics_address: str | None = None  # None: `host`
+    metrics_interval_ms: float = 2000.0
+    allow_cpu_metrics: bool = True
+    log_settings: LogSettings | None = None
+    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)  # --backend-config
+
+
+class StartupError(RuntimeError):
+    """Start-up failed and --exit-on-error asks to stop: the message is tritonserver's; `server` is
+    the stopped server (its tables show what failed)."""
+
+    def __init__(self, message: str, server: Server) -> None:
+        super().__init__(message)
+        self.server = server
 
 
 class Server:
@@ -55,12 +79,23 @@ class Server:
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
         self.manager = ModelManager(
-            settings.model_repositories, settings.model_control_mode, settings.repoagent_directories
+            settings.model_repositories,
+            settings.model_control_mode,
+            settings.repoagent_directories,
+            options=LoadOptions(
+                auto_complete=settings.auto_complete_config,
+                config_name=settings.model_config_name,
+                threads=settings.model_load_thread_count,
+                retries=settings.model_load_retry_count,
+                backend_config=settings.backend_config,
+            ),
         )
         self.service = InferenceService(
             self.manager,
             strict_readiness=settings.strict_readiness,
             allow_client_shm=settings.allow_client_shm,
+            server_id=settings.server_id,
+            log_settings=settings.log_settings,
         )
         # one registry of client shared memory regions, shared by the HTTP and gRPC front ends
         self.shm_registry = SharedMemoryRegistry()
@@ -148,14 +183,21 @@ class Server:
                 allow_client_shm=settings.allow_client_shm,
                 shm_registry=self.shm_registry,
             )
-            handle = await serve_http(app, settings.host, settings.http_port)
+            handle = await serve_http(
+                app, settings.host, settings.http_port, reuse_port=settings.reuse_http_port
+            )
             self.http_port = handle.port
             self._handles.append(handle)
         if settings.allow_metrics:
             from server.frontends.http_server import serve_http
             from server.frontends.metrics import create_metrics_app
 
-            handle = await serve_http(create_metrics_app(self.manager), settings.host, settings.metrics_port)
+            metrics = create_metrics_app(
+                self.manager, settings.metrics_interval_ms, cpu_metrics=settings.allow_cpu_metrics
+            )
+            handle = await serve_http(
+                metrics, settings.metrics_address or settings.host, settings.metrics_port
+            )
             self.metrics_port = handle.port
             self._handles.append(handle)
         if settings.allow_grpc:
@@ -163,8 +205,9 @@ class Server:
 
             grpc_handle = await serve_grpc(
                 self.service,
-                settings.host,
+                settings.grpc_address or settings.host,
                 settings.grpc_port,
+                reuse_port=settings.reuse_grpc_port,
                 allow_client_shm=settings.allow_client_shm,
                 shm_registry=self.shm_registry,
                 implementation=settings.grpc_implementation,
@@ -203,9 +246,15 @@ def _new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = None) -> int:
-    """Serve until SIGINT/SIGTERM (the `tcli serve` main loop). Returns the process exit code."""
+    """Serve until SIGINT/SIGTERM (the `tcli serve` main loop). Returns the process exit code; raises
+    StartupError when a model or repository failed at start-up and `exit_on_error` is set."""
     server = Server(settings)
     server.load_models()
+    if settings.exit_on_error:
+        failures = server.manager.startup_failures()
+        if failures:  # each was logged as it happened
+            server.manager.shutdown(settings.exit_timeout_secs)
+            raise StartupError("creating server: Internal - failed to load all models", server)
     loop = _new_event_loop()
     asyncio.set_event_loop(loop)
     stop = asyncio.Event()

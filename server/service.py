@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from server.classification import classify
 from server.config import backends
 from server.config.validate import enum_name
+from server.logs import LogSettings, apply_verbosity
 from server.protocol import datatypes
 from server.protocol.errors import (
     TritonError,
@@ -60,19 +61,6 @@ log = logging.getLogger("tcli.server")
 _LEADING_INTEGER = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
 
 
-@dataclass
-class LogSettings:
-    log_file: str = ""
-    log_info: bool = True
-    log_warning: bool = True
-    log_error: bool = True
-    log_verbose_level: int = 0
-    log_format: str = "default"
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
 # Triton's trace settings, in the order its answers list them; every value a string but the level
 TRACE_DEFAULTS: dict[str, Any] = {
     "trace_level": ["OFF"],
@@ -107,14 +95,21 @@ class StreamResponse:
 
 class InferenceService:
     def __init__(
-        self, manager: ModelManager, *, strict_readiness: bool = True, allow_client_shm: bool = False
+        self,
+        manager: ModelManager,
+        *,
+        strict_readiness: bool = True,
+        allow_client_shm: bool = False,
+        server_id: str = SERVER_NAME,
+        log_settings: LogSettings | None = None,
     ) -> None:
         self.manager = manager
         self.strict_readiness = strict_readiness
         self.allow_client_shm = allow_client_shm
+        self.server_id = server_id  # tritonserver --id: the name server metadata answers
         self.live_flag = True
         self.accepting = True  # False once shutdown starts: readiness drops, new requests get 503
-        self.log_settings = LogSettings()
+        self.log_settings = log_settings or LogSettings()
         self.trace = TraceSettings()
         self.model_trace: dict[str, dict[str, Any]] = {}
 
@@ -131,7 +126,7 @@ class InferenceService:
 
     def server_metadata(self) -> dict[str, Any]:
         extensions = [e for e in EXTENSIONS if self.allow_client_shm or e != "system_shared_memory"]
-        return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": extensions}
+        return {"name": self.server_id, "version": SERVER_VERSION, "extensions": extensions}
 
     # models ----------------------------------------------------------------------------------------
     def model_ready(self, name: str, version: str = "") -> bool:
@@ -384,7 +379,7 @@ class InferenceService:
             elif type(value) is not bool:
                 raise invalid_arg("attempt to access JSON non-boolean as boolean")
             setattr(settings, key, value)
-        logging.getLogger("tcli").setLevel(logging.DEBUG if settings.log_verbose_level > 0 else logging.INFO)
+        apply_verbosity(settings)
         return settings.as_dict()
 
     def trace_settings(self, model: str = "") -> dict[str, Any]:

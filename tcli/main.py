@@ -6,6 +6,8 @@ heavy dependencies inside the command functions.
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from tcli.commands import infer, model, perf, repo, serve
@@ -24,12 +26,13 @@ app.registered_commands += infer.app.registered_commands
 app.registered_commands += perf.app.registered_commands
 
 
-def run() -> None:
-    """Console-script entry point: every failure is one line on stderr and a non-zero exit."""
+def run(command: Any = None, prog_name: str | None = None) -> None:
+    """Console-script entry point (of `command`, the whole app by default): every failure is one line
+    on stderr and a non-zero exit."""
     from tcli.errors import CliError, exit_with
 
     try:
-        app()
+        (command or app)(prog_name=prog_name)
     except CliError as exc:
         exit_with(exc.message, exc.exit_code)
     except KeyboardInterrupt:

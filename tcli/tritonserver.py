@@ -4,14 +4,14 @@ tcli unchanged (`tritonserver --model-store=s3://... --model-control-mode=poll`)
 
 from __future__ import annotations
 
-import sys
-
 
 def run() -> None:
+    import typer
+
+    from tcli.commands import serve
     from tcli.main import run as tcli
 
-    sys.argv = [sys.argv[0], "serve", *sys.argv[1:]]
-    tcli()
+    tcli(typer.main.get_command(serve.app), prog_name="tritonserver")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from server.config import backends
 from server.protocol.errors import ErrorCode, TritonError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -21,15 +22,22 @@ if TYPE_CHECKING:
 
 # --backend-config=onnxruntime,default-max-batch-size (Triton's default is 4)
 ONNX_DEFAULT_MAX_BATCH_SIZE = 4
+DEFAULT_MAX_BATCH_SIZE_SETTING = "default-max-batch-size"
 DEFAULT_SEQUENCE_IDLE_MICROSECONDS = 1_000_000
 # backends whose CPU instance groups default to two instances (core SetDefaultInstanceCount)
 _TWO_CPU_INSTANCE_BACKENDS = frozenset({"onnxruntime", "tensorflow", "openvino"})
 
 
 def complete_config(
-    config: ModelConfig, folder: ModelFolder, *, auto_complete: bool = True, gpu_count: int = 0
+    config: ModelConfig,
+    folder: ModelFolder,
+    *,
+    auto_complete: bool = True,
+    gpu_count: int = 0,
+    backend_config: Mapping[str, Mapping[str, str]] | None = None,
 ) -> ModelConfig:
-    """A completed copy of `config`; raises TritonError when Triton would refuse to load the model."""
+    """A completed copy of `config`; raises TritonError when Triton would refuse to load the model.
+    `backend_config` is --backend-config by backend ("" for every backend)."""
     completed = type(config)()
     completed.CopyFrom(config)
     if not completed.name:
@@ -42,7 +50,7 @@ def complete_config(
     if auto_complete:
         model_file = _latest_model_file(completed, folder)
         if model_file is not None and completed.backend == "onnxruntime":
-            _auto_complete_onnx(completed, model_file)
+            _auto_complete_onnx(completed, model_file, default_max_batch_size(backend_config, "onnxruntime"))
         elif model_file is not None and completed.backend == "python":
             _auto_complete_python(completed, model_file)
     _complete_core_defaults(completed, gpu_count)
@@ -76,7 +84,22 @@ def _latest_model_file(config: ModelConfig, folder: ModelFolder) -> Path | None:
     return path if path.exists() else None
 
 
-def _auto_complete_onnx(config: ModelConfig, model_file: Path) -> None:
+def default_max_batch_size(backend_config: Mapping[str, Mapping[str, str]] | None, backend: str) -> int:
+    """--backend-config=<backend>,default-max-batch-size=N (or the setting for every backend), else 4."""
+    for scope in (backend, ""):
+        value = (backend_config or {}).get(scope, {}).get(DEFAULT_MAX_BATCH_SIZE_SETTING)
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                raise TritonError(
+                    ErrorCode.INVALID_ARG,
+                    f"--backend-config {scope or 'default'}: {DEFAULT_MAX_BATCH_SIZE_SETTING} must be an integer, got '{value}'",
+                ) from None
+    return ONNX_DEFAULT_MAX_BATCH_SIZE
+
+
+def _auto_complete_onnx(config: ModelConfig, model_file: Path, max_batch_size: int) -> None:
     """Fill inputs, outputs and max_batch_size from the ONNX graph, as the onnxruntime backend does."""
     from server.backends.onnx_signature import read_onnx_signature
 
@@ -90,7 +113,7 @@ def _auto_complete_onnx(config: ModelConfig, model_file: Path) -> None:
             if spec.name == io.name
         )
         if config.max_batch_size == 0 and not includes_batch:
-            config.max_batch_size = ONNX_DEFAULT_MAX_BATCH_SIZE
+            config.max_batch_size = max_batch_size
         if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
             config.dynamic_batching.SetInParent()
     elif config.max_batch_size != 0:

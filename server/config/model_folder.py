@@ -28,9 +28,14 @@ class ModelFolder:
     repository: Path
     versions: tuple[int, ...] = ()
     ignored: tuple[str, ...] = field(default=())  # subfolders Triton skips: not positive integers
+    config_name: str = ""  # --model-config-name: configs/<name>.pbtxt is the config where it exists
 
     @property
     def config_path(self) -> Path:
+        if self.config_name:
+            custom = self.path / "configs" / f"{self.config_name}.pbtxt"
+            if custom.is_file():
+                return custom
         return self.path / "config.pbtxt"
 
     def version_path(self, version: int) -> Path:

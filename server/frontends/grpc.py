@@ -410,13 +410,15 @@ async def serve_grpc(
     shm_registry: SharedMemoryRegistry | None = None,
     max_message_size: int = codec.MAX_GRPC_MESSAGE_SIZE,
     implementation: str = "native",
+    reuse_port: bool = False,
 ) -> GrpcServerHandle | NativeGrpcServerHandle:
     """Serve GRPCInferenceService and Health for `service` on host:port (0: any free port; the handle
     tells which) from the running event loop. `allow_client_shm` enables client system shared memory
     (--allow-client-shm), kept in `shm_registry` when given (to share regions with the HTTP front end).
     `implementation`: "native" (server/frontends/grpc_native: HTTP/2 on the event loop, the fast one)
-    or "grpcio" (grpc.aio). Both call the same GrpcFrontend methods. Raises OSError when the address
-    cannot be bound."""
+    or "grpcio" (grpc.aio). Both call the same GrpcFrontend methods. `reuse_port`
+    (--reuse-grpc-port) lets several servers share the port. Raises OSError when the address cannot
+    be bound."""
     if implementation not in GRPC_IMPLEMENTATIONS:
         raise ValueError(f"unknown gRPC implementation {implementation!r}: use native or grpcio")
     frontend = GrpcFrontend(service, allow_client_shm=allow_client_shm, shm_registry=shm_registry)
@@ -430,8 +432,10 @@ async def serve_grpc(
             port,
             max_message_size=max_message_size,
             generic_handlers=[health_handler(frontend)],
+            reuse_port=reuse_port,
         )
-    server = aio.server(options=server_options(max_message_size))
+    options = [*server_options(max_message_size), ("grpc.so_reuseport", 1 if reuse_port else 0)]
+    server = aio.server(options=options)
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(frontend, server)
     server.add_generic_rpc_handlers((health_handler(frontend),))
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -30,11 +30,13 @@ class HttpServerHandle:
             close()
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:  # --reuse-http-port: several servers on one port, the kernel spreads connections
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if family == socket.AF_INET6:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
@@ -46,7 +48,7 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve_http(app: Any, host: str, port: int) -> HttpServerHandle:
+async def serve_http(app: Any, host: str, port: int, *, reuse_port: bool = False) -> HttpServerHandle:
     """Serve `app` on host:port (0: any free port; the handle tells which) from the running event loop
     with uvicorn's httptools protocol. Signals are left to the caller; raises OSError when the address
     cannot be bound."""
@@ -72,7 +74,7 @@ async def serve_http(app: Any, host: str, port: int) -> HttpServerHandle:
     config.load()
     server = uvicorn.Server(config)
     server.lifespan = config.lifespan_class(config)
-    sock = _bind(host, port)
+    sock = _bind(host, port, reuse_port)
     try:
         await server.startup(sockets=[sock])
     except BaseException:

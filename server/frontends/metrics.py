@@ -372,15 +372,18 @@ class TritonCollector:
     collect()): Triton's per-model families, the host CPU and memory gauges (Triton's order), then
     tcli's own families."""
 
-    def __init__(self, manager: ModelManager, cpu: CpuSampler | None = None) -> None:
+    def __init__(
+        self, manager: ModelManager, cpu: CpuSampler | None = None, cpu_metrics: bool = True
+    ) -> None:
         self.manager = manager
         self.cpu = cpu or CpuSampler()
+        self.cpu_metrics = cpu_metrics  # --allow-cpu-metrics
 
     def collect(self) -> Iterable[Metric]:
         versions = snapshot(self.manager)
         return [
             *model_families(versions),
-            *host_families(self.cpu),
+            *(host_families(self.cpu) if self.cpu_metrics else ()),
             *batch_size_families(versions),
             *ready_families(self.manager),
         ]
@@ -424,10 +427,10 @@ def _shared_cpu() -> CpuSampler:
         return _default_cpu
 
 
-def metrics_text(manager: ModelManager, cpu: CpuSampler | None = None) -> bytes:
+def metrics_text(manager: ModelManager, cpu: CpuSampler | None = None, cpu_metrics: bool = True) -> bytes:
     """The /metrics body for `manager` right now. Without `cpu`, CPU utilisation is measured with a
     process-wide sampler (since its first use); the metrics app keeps its own, started with it."""
-    return render(TritonCollector(manager, cpu or _shared_cpu()).collect())
+    return render(TritonCollector(manager, cpu or _shared_cpu(), cpu_metrics).collect())
 
 
 # ------------------------------------------------------------------------------------------ ASGI app
@@ -435,11 +438,15 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # prometheus_client's
 
 
 def create_metrics_app(
-    manager: ModelManager, metrics_interval_ms: int = DEFAULT_METRICS_INTERVAL_MS
+    manager: ModelManager,
+    metrics_interval_ms: float = DEFAULT_METRICS_INTERVAL_MS,
+    *,
+    cpu_metrics: bool = True,
 ) -> ASGIApp:
     """A raw ASGI app for the metrics port: GET (or HEAD) /metrics answers the exposition text; other
     methods on /metrics answer 405, every other path 404. `metrics_interval_ms` is tritonserver's
-    --metrics-interval-ms: CPU utilisation is refreshed at most every half of it."""
+    --metrics-interval-ms: CPU utilisation is refreshed at most every half of it; `cpu_metrics`
+    (--allow-cpu-metrics) keeps the host CPU and memory gauges."""
     cpu = CpuSampler(window_s=max(metrics_interval_ms, 0) / 2000)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -456,7 +463,7 @@ def create_metrics_app(
                 send, 405, b"Method Not Allowed\n", "text/plain; charset=utf-8", [(b"allow", b"GET, HEAD")]
             )
         else:
-            body = metrics_text(manager, cpu)
+            body = metrics_text(manager, cpu, cpu_metrics)
             await _respond(send, 200, body, CONTENT_TYPE, head=method == "HEAD")
 
     return app

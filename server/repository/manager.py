@@ -12,10 +12,9 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-import os
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +31,7 @@ if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
     from server.repository.agents.chain import AgentChain
+    from server.repository.poller import RepositoryPoller
 
 log = logging.getLogger("tcli.server")
 
@@ -42,17 +42,31 @@ class ControlMode(enum.StrEnum):
     EXPLICIT = "explicit"
 
 
+@dataclass(frozen=True)
+class LoadOptions:
+    """How models are read and loaded: tritonserver's model-repository flags."""
+
+    auto_complete: bool = True  # False: --disable-auto-complete-config (--strict-model-config=true)
+    config_name: str = ""  # --model-config-name
+    threads: int = 4  # --model-load-thread-count: models loaded side by side at start-up
+    retries: int = 0  # --model-load-retry-count
+    backend_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # --backend-config
+
+
 class ModelManager:
     def __init__(
         self,
         repositories: Sequence[Path | str | Repository],
         mode: ControlMode = ControlMode.NONE,
         repoagent_directories: Sequence[Path] = (),
+        *,
+        options: LoadOptions | None = None,
     ) -> None:
         self.repositories: list[Repository] = [
             open_repository(r) if isinstance(r, str | Path) else r for r in repositories
         ]
         self.repoagent_directories = list(repoagent_directories)
+        self.options = options or LoadOptions()
         self.mode = mode
         self.stats = StatsBook()
         self.gpu_count = visible_gpu_count()
@@ -160,12 +174,29 @@ class ModelManager:
 
     def all_ready(self) -> bool:
         """Strict readiness as Triton judges it: every version of every model READY, except versions
-        that were unloaded on purpose (an explicit unload, or a version the policy no longer serves)."""
+        that were unloaded on purpose (an explicit unload, or a version the policy no longer serves).
+        A model whose config could not be read is not a model yet (Triton's poll failed): it counts not."""
         return all(
             m.versions
             and all(e.state == ModelState.READY or e.reason == _UNLOADED for e in m.versions.values())
             for m in self._models.values()
+            if m.config is not None
         )
+
+    def startup_failures(self) -> list[str]:
+        """What failed at start-up, a line each: repositories that could not be read, models whose
+        config could not be read, versions that did not load (tritonserver exits on any of them
+        unless --exit-on-error=false)."""
+        failures = [
+            f"failed to read model repository '{label}': {error}"
+            for label, error in self.repository_errors().items()
+        ]
+        for name, model in sorted(self._models.items()):
+            for version, entry in sorted(model.versions.items()):
+                if entry.state != ModelState.READY and entry.reason != _UNLOADED:
+                    where = f"'{name}'" if version == _NO_VERSION else f"'{name}' version {version}"
+                    failures.append(f"failed to load {where}: {entry.reason}")
+        return failures
 
     # changing --------------------------------------------------------------------------------------
     def load_startup(self, load_models: list[str] | None = None) -> None:
@@ -178,9 +209,7 @@ class ModelManager:
             names = list(load_models or [])
         else:
             names = list(self.folders())
-        with ThreadPoolExecutor(
-            max_workers=max(2, min(4, os.cpu_count() or 2)), thread_name_prefix="load"
-        ) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, self.options.threads), thread_name_prefix="load") as pool:
             list(pool.map(self._load_at_startup, names))
 
     def _load_at_startup(self, name: str) -> None:
@@ -188,10 +217,15 @@ class ModelManager:
             loaded = self._models.get(name)
             if loaded is not None and loaded.ready_versions():
                 return  # already loaded as a composing model of an ensemble
-            try:
-                self.load(name)
-            except TritonError as exc:
-                log.error("failed to load '%s': %s", name, exc.message)
+            for attempt in range(self.options.retries + 1):  # --model-load-retry-count
+                try:
+                    self.load(name)
+                    return
+                except TritonError as exc:
+                    retrying = attempt < self.options.retries
+                    log.error(
+                        "failed to load '%s': %s%s", name, exc.message, " (retrying)" if retrying else ""
+                    )
 
     def _model_lock(self, name: str) -> threading.RLock:
         with self._lock:
@@ -204,6 +238,7 @@ class ModelManager:
             if self.mode == ControlMode.EXPLICIT:
                 self.refresh()  # an explicit load reads the model as the repository holds it now
             repository, folder = self._locate(name)
+            folder = replace(folder, config_name=self.options.config_name)
             self._origins[name] = repository
             with self._lock:
                 old = self._models.get(name)
@@ -307,7 +342,10 @@ class ModelManager:
         return self._origins.get(name)
 
     def start_polling(self, interval_s: float) -> None:
-        self._poller = RepositoryPoller(self, interval_s)
+        from server.repository.poller import RepositoryPoller
+
+        paths = [path for repository in self.repositories for path in repository.local_paths()]
+        self._poller = RepositoryPoller(self.poll_once, paths, interval_s)
         self._poller.start()
 
     # building --------------------------------------------------------------------------------------
@@ -323,7 +361,13 @@ class ModelManager:
         except TritonError as exc:  # a download or an agent failed: the model cannot be read
             log.error("failed to load '%s': %s", folder.name, exc.message)
             return _failed(ServedModel(folder.name, folder.path, None, fingerprint=fingerprint), folder, exc)
-        report = validate_model(folder, gpu_count=self.gpu_count, config_override=config_override)
+        report = validate_model(
+            folder,
+            auto_complete=self.options.auto_complete,
+            gpu_count=self.gpu_count,
+            config_override=config_override,
+            backend_config=self.options.backend_config,
+        )
         blocking = [p for p in report.problems if p.severity == "error" and p.blocks_load]
         served = ServedModel(folder.name, folder.path, report.config, fingerprint=fingerprint, agents=agents)
         if blocking or report.config is None:
@@ -351,19 +395,23 @@ class ModelManager:
         from server.repository.agents.chain import AgentChain
 
         remote = repository.remote(folder.name)
-        local = repository.fetch(folder.name, config_only=True) if remote else folder
+
+        def fetched(config_only: bool = False) -> ModelFolder:
+            return replace(repository.fetch(folder.name, config_only), config_name=folder.config_name)
+
+        local = fetched(config_only=True) if remote else folder
         config = config_override if config_override is not None else _agent_config(local)
         if config is None or not config.model_repository_agents.agents:
-            return (repository.fetch(folder.name) if remote else folder), None
+            return (fetched() if remote else folder), None
         chain, path = AgentChain.load(
             config,
             None if remote else folder.path,
             remote.url if remote else None,
-            lambda: repository.fetch(folder.name).path,
+            lambda: fetched().path,
             self.repoagent_directories,
         )
         loaded = scan_model(path, folder.repository)
-        return replace(loaded, name=folder.name), chain
+        return replace(loaded, name=folder.name, config_name=folder.config_name), chain
 
     def _load_ensemble(self, config: ModelConfig, version: int) -> VersionEntry:
         """Composing models load with the ensemble (when not loaded yet); the ensemble is READY when
@@ -504,62 +552,3 @@ def _retire(model: ServedModel) -> None:
         release_freed_memory()
 
     threading.Thread(target=stop, name=f"retire-{model.name}", daemon=True).start()
-
-
-class RepositoryPoller:
-    """Poll mode: watchdog events (debounced) trigger a rescan, with a periodic scan as a fallback for
-    file systems that send no events."""
-
-    DEBOUNCE_S = 0.5
-
-    def __init__(self, manager: ModelManager, interval_s: float) -> None:
-        self.manager = manager
-        self.interval_s = interval_s
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="repository-poll", daemon=True)
-        self._observer: object | None = None
-
-    def start(self) -> None:
-        try:
-            from watchdog.events import FileSystemEventHandler
-            from watchdog.observers import Observer
-
-            wake = self._wake
-
-            class Handler(FileSystemEventHandler):
-                def on_any_event(self, event: object) -> None:
-                    if "__pycache__" not in str(getattr(event, "src_path", "")):
-                        wake.set()
-
-            observer = Observer()
-            for repository in self.manager.repositories:
-                for path in repository.local_paths():
-                    observer.schedule(Handler(), str(path), recursive=True)
-            observer.daemon = True
-            observer.start()
-            self._observer = observer
-        except Exception as exc:  # no inotify here: the periodic scan still works
-            log.warning("file watching unavailable (%s); polling every %ss", exc, self.interval_s)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self.interval_s if self.interval_s > 0 else None)
-            if self._stop.is_set():
-                return
-            # debounce: wait until the folder has been quiet for a moment (editors write in steps)
-            while self._wake.is_set():
-                self._wake.clear()
-                if self._stop.wait(self.DEBOUNCE_S):
-                    return
-            try:
-                self.manager.poll_once()
-            except Exception as exc:  # a scan failing (folder briefly missing) must not end polling
-                log.error("repository poll failed: %s", exc)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._observer is not None:
-            self._observer.stop()  # type: ignore[attr-defined]

@@ -139,7 +139,8 @@ class RemoteRepository:
         return objects.fingerprint() if objects is not None else ()
 
     def fetch(self, name: str, config_only: bool = False) -> ModelFolder:
-        path = self.mirror.fetch(name, only={CONFIG_FILENAME} if config_only else None)
+        # the config, and the custom configs --model-config-name can pick
+        path = self.mirror.fetch(name, only={CONFIG_FILENAME, "configs"} if config_only else None)
         return scan_model(path, self.mirror.root)
 
     def remote(self, name: str) -> RemoteLocation | None:

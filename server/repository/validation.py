@@ -5,7 +5,7 @@ A broken model never stops the others from being checked.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,8 +65,10 @@ def validate_model(
     auto_complete: bool = True,
     gpu_count: int = 0,
     config_override: ModelConfig | None = None,
+    backend_config: Mapping[str, Mapping[str, str]] | None = None,
 ) -> ModelReport:
-    """Check one model; `config_override` stands in for config.pbtxt (the load API's config)."""
+    """Check one model; `config_override` stands in for config.pbtxt (the load API's config);
+    `backend_config` is --backend-config by backend."""
     report = ModelReport(folder.name, folder.path, folder.versions)
     found = Findings(folder.name, None, report.problems)
     raw = config_override if config_override is not None else _read(folder, found)
@@ -75,7 +77,7 @@ def validate_model(
     report.backend = raw.platform or raw.backend
     validate_raw(raw, folder, found)
     try:
-        config = _complete(raw, folder, auto_complete, gpu_count)
+        config = _complete(raw, folder, auto_complete, gpu_count, backend_config)
     except TritonError as exc:
         found.error(
             exc.message, _completion_fix(exc.message), ("platform",) if "backend" in exc.message else ()
@@ -125,11 +127,19 @@ def _read(folder: ModelFolder, found: Findings) -> ModelConfig | None:
     return config
 
 
-def _complete(raw: ModelConfig, folder: ModelFolder, auto_complete: bool, gpu_count: int) -> ModelConfig:
+def _complete(
+    raw: ModelConfig,
+    folder: ModelFolder,
+    auto_complete: bool,
+    gpu_count: int,
+    backend_config: Mapping[str, Mapping[str, str]] | None = None,
+) -> ModelConfig:
     from server.config.complete import complete_config
 
     try:
-        return complete_config(raw, folder, auto_complete=auto_complete, gpu_count=gpu_count)
+        return complete_config(
+            raw, folder, auto_complete=auto_complete, gpu_count=gpu_count, backend_config=backend_config
+        )
     except TritonError:
         raise
     except Exception as exc:  # a model file or model.py that fails in an unforeseen way must not stop the run

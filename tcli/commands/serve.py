@@ -1,4 +1,6 @@
-"""`tcli serve`: a Triton-compatible server on a model repository, with tritonserver's flag names."""
+"""`tcli serve` (also installed as `tritonserver`): a Triton-compatible server on model repositories,
+with tritonserver 2.51's whole command line. The flags it implements are options here; every other
+tritonserver flag is accepted with a warning, or refused with the reason (tcli/serve_flags.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ app = typer.Typer()
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
+# tritonserver's other flags arrive as extra arguments, read against tcli/serve_flags.py
+_EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
 def _flag(name: str, value: str) -> bool:
@@ -40,8 +44,17 @@ class GrpcImplementation(enum.StrEnum):
     grpcio = "grpcio"
 
 
-@app.command()
+class LogFormat(enum.StrEnum):
+    default = "default"
+    ISO8601 = "ISO8601"
+
+
+Bool = Annotated[str, typer.Option(metavar="BOOLEAN")]
+
+
+@app.command(context_settings=_EXTRA)
 def serve(
+    ctx: typer.Context,
     repositories: Annotated[
         list[str] | None,
         typer.Argument(
@@ -57,58 +70,124 @@ def serve(
             help="Model repository (repeatable), as tritonserver takes it: a folder, s3://, gs:// or as://.",
         ),
     ] = None,
+    id: Annotated[str, typer.Option("--id", help="The server's name in its metadata.")] = "triton",
     model_control_mode: Annotated[
         Mode,
         typer.Option(help="none: load all at start; poll: reload on changes; explicit: load/unload API."),
     ] = Mode.none,
     repository_poll_secs: Annotated[
-        float, typer.Option(help="Fallback rescan interval in poll mode (file events trigger sooner).")
+        float, typer.Option(help="Poll interval in poll mode (local file events trigger sooner).")
     ] = 15.0,
     load_model: Annotated[
         list[str] | None,
         typer.Option("--load-model", help="Explicit mode: model to load at start ('*' for all; repeatable)."),
     ] = None,
     strict_readiness: Annotated[
-        str, typer.Option(help="true: /v2/health/ready only when every model is ready.")
+        str, typer.Option(metavar="BOOLEAN", help="true: /v2/health/ready only when every model is ready.")
+    ] = "true",
+    exit_on_error: Annotated[
+        str,
+        typer.Option(
+            metavar="BOOLEAN",
+            help="true: exit when a model or repository fails at start-up (Triton's default); false: serve the rest.",
+        ),
     ] = "true",
     exit_timeout_secs: Annotated[
         float, typer.Option(help="On SIGINT/SIGTERM, wait this long for in-flight requests.")
     ] = 30.0,
-    http_address: Annotated[str, typer.Option(help="Address the front ends listen on.")] = "0.0.0.0",
+    disable_auto_complete_config: Annotated[
+        bool,
+        typer.Option("--disable-auto-complete-config", help="Configs must be complete as written."),
+    ] = False,
+    strict_model_config: Annotated[
+        str,
+        typer.Option(metavar="BOOLEAN", help="Deprecated in Triton: true is --disable-auto-complete-config."),
+    ] = "false",
+    model_config_name: Annotated[
+        str, typer.Option(help="Load configs/<name>.pbtxt instead of config.pbtxt where a model has it.")
+    ] = "",
+    model_load_thread_count: Annotated[int, typer.Option(help="Models loaded side by side at start.")] = 4,
+    model_load_retry_count: Annotated[int, typer.Option(help="Retries of a model that fails to load.")] = 0,
+    allow_http: Bool = "true",
+    http_address: Annotated[str, typer.Option(help="Address the HTTP front end listens on.")] = "0.0.0.0",
     http_port: Annotated[int, typer.Option(help="HTTP port (0: any free port).")] = 8000,
-    grpc_port: Annotated[int, typer.Option(help="gRPC port.")] = 8001,
+    reuse_http_port: Annotated[
+        str,
+        typer.Option(metavar="BOOLEAN", help="Let several servers listen on the HTTP port (SO_REUSEPORT)."),
+    ] = "false",
+    http_max_input_size: Annotated[int, typer.Option(help="Largest request body in bytes.")] = 64 * 2**20,
+    allow_grpc: Bool = "true",
+    grpc_address: Annotated[str, typer.Option(help="Address the gRPC front end listens on.")] = "0.0.0.0",
+    grpc_port: Annotated[int, typer.Option(help="gRPC port (0: any free port).")] = 8001,
+    reuse_grpc_port: Annotated[
+        str,
+        typer.Option(metavar="BOOLEAN", help="Let several servers listen on the gRPC port (SO_REUSEPORT)."),
+    ] = "false",
     grpc_implementation: Annotated[
         GrpcImplementation,
         typer.Option(
             help="native: tcli's own HTTP/2 transport on the event loop (faster); grpcio: grpc.aio."
         ),
     ] = GrpcImplementation.native,
+    allow_metrics: Bool = "true",
+    allow_cpu_metrics: Annotated[
+        str, typer.Option(metavar="BOOLEAN", help="Include the host CPU and memory gauges.")
+    ] = "true",
+    metrics_address: Annotated[
+        str, typer.Option(help="Address of the metrics port (default: --http-address).")
+    ] = "",
     metrics_port: Annotated[int, typer.Option(help="Prometheus metrics port.")] = 8002,
-    allow_http: Annotated[str, typer.Option()] = "true",
-    allow_grpc: Annotated[str, typer.Option()] = "true",
-    allow_metrics: Annotated[str, typer.Option()] = "true",
+    metrics_interval_ms: Annotated[
+        float, typer.Option(help="CPU utilisation is refreshed at most every half of this.")
+    ] = 2000.0,
     allow_client_shm: Annotated[
         str,
         typer.Option(
-            help="Let clients register system shared memory (off by default, as in current Triton)."
+            metavar="BOOLEAN", help="Let clients register system shared memory (off, as in current Triton)."
         ),
     ] = "false",
-    http_max_input_size: Annotated[int, typer.Option(help="Largest request body in bytes.")] = 64 * 2**20,
-    log_verbose: Annotated[int, typer.Option(help="Verbose logging level (0 = off).")] = 0,
+    backend_config: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="<backend>,<setting>=<value> (repeatable), e.g. onnxruntime,default-max-batch-size=8."
+        ),
+    ] = None,
     repoagent_directory: Annotated[
         list[Path] | None,
         typer.Option(help="Folder of repository agents (NAME/agent.py); repeatable."),
     ] = None,
+    log_verbose: Annotated[int, typer.Option(help="Verbose logging level (0 = off).")] = 0,
+    log_info: Bool = "true",
+    log_warning: Bool = "true",
+    log_error: Bool = "true",
+    log_format: Annotated[
+        LogFormat, typer.Option(help="default (LMMDD hh:mm:ss) or ISO8601.")
+    ] = LogFormat.default,
+    log_file: Annotated[str, typer.Option(help="Write the log to this file instead of the console.")] = "",
 ) -> None:
-    """Serve a model repository over Triton's HTTP/REST and gRPC protocols, with Prometheus metrics."""
+    """Serve model repositories over Triton's HTTP/REST and gRPC protocols, with Prometheus metrics.
+
+    Takes tritonserver's command line: flags that only matter on a GPU or inside Triton's C++ are
+    accepted with one warning line naming them."""
     import logging
 
-    from server.app import ServerSettings, run
+    from server import logs
+    from server.app import ServerSettings, StartupError, run
     from server.protocol.errors import TritonError
     from server.repository.manager import ControlMode
     from server.repository.storage.location import parse_location
+    from tcli import serve_flags
 
-    repos: list[Path | str] = [*(repositories or []), *(model_repository or [])] or [Path("model_repository")]
+    try:
+        # tritonserver's flags that are not options here arrive among the plain arguments
+        positional, extra = serve_flags.read_extra_flags([*(repositories or []), *ctx.args])
+    except serve_flags.FlagError as exc:
+        raise CliError(str(exc), exit_code=2) from None
+    if positional and Path(positional[0]).name == "tritonserver" and not Path(positional[0]).is_dir():
+        # Triton's charts pass the program as the first argument ("args: [tritonserver, ...]") to an
+        # image whose entrypoint is a shell; this image's entrypoint is the server itself
+        positional = positional[1:]
+    repos: list[Path | str] = [*positional, *(model_repository or [])] or [Path("model_repository")]
     for repo in repos:
         try:
             location = parse_location(repo)
@@ -119,11 +198,21 @@ def serve(
                 f"model repository '{repo}' is not a directory: pass the folder that holds the model folders, "
                 "or an s3://, gs:// or as:// path"
             )
-    logging.basicConfig(
-        level=logging.DEBUG if log_verbose else logging.INFO,
-        format="%(levelname).1s%(asctime)s %(name)s] %(message)s",
-        datefmt="%m%d %H:%M:%S",
+    log_settings = logs.LogSettings(
+        log_file=log_file,
+        log_info=_flag("log-info", log_info),
+        log_warning=_flag("log-warning", log_warning),
+        log_error=_flag("log-error", log_error),
+        log_verbose_level=max(0, log_verbose),
+        log_format=log_format.value,
     )
+    try:
+        logs.configure(log_settings)
+    except OSError as exc:
+        raise CliError(f"--log-file {log_file}: {exc.strerror or exc}") from None
+    warning = serve_flags.warning_line(extra)
+    if warning:
+        logging.getLogger("tcli.server").warning(warning)
     settings = ServerSettings(
         model_repositories=repos,
         model_control_mode=ControlMode(model_control_mode.value),
@@ -131,21 +220,40 @@ def serve(
         load_models=list(load_model or []),
         strict_readiness=_flag("strict-readiness", strict_readiness),
         exit_timeout_secs=exit_timeout_secs,
+        exit_on_error=_flag("exit-on-error", exit_on_error),
+        server_id=id,
+        auto_complete_config=not (
+            disable_auto_complete_config or _flag("strict-model-config", strict_model_config)
+        ),
+        model_config_name=model_config_name,
+        model_load_thread_count=max(1, model_load_thread_count),
+        model_load_retry_count=max(0, model_load_retry_count),
         host=http_address,
         http_port=http_port,
+        reuse_http_port=_flag("reuse-http-port", reuse_http_port),
+        grpc_address=grpc_address,
         grpc_port=grpc_port,
+        reuse_grpc_port=_flag("reuse-grpc-port", reuse_grpc_port),
         grpc_implementation=grpc_implementation.value,
+        metrics_address=metrics_address or http_address,
         metrics_port=metrics_port,
+        metrics_interval_ms=metrics_interval_ms,
         allow_http=_flag("allow-http", allow_http),
         allow_grpc=_flag("allow-grpc", allow_grpc),
         allow_metrics=_flag("allow-metrics", allow_metrics),
+        allow_cpu_metrics=_flag("allow-cpu-metrics", allow_cpu_metrics),
         allow_client_shm=_flag("allow-client-shm", allow_client_shm),
         http_max_input_size=http_max_input_size,
         log_verbose=log_verbose,
+        log_settings=log_settings,
+        backend_config=_backend_config(backend_config or []),
         repoagent_directories=list(repoagent_directory or []),
     )
     try:
         code = run(settings, on_started=_print_startup)
+    except StartupError as exc:  # tritonserver's default --exit-on-error=true: its tables, then its error
+        _print_tables(exc.server)
+        raise CliError(f"{exc} (--exit-on-error=false serves the models that did load)") from None
     except OSError as exc:
         raise CliError(
             f"cannot start the server: {exc.strerror or exc} (is the port already in use? try --http-port 0)"
@@ -153,7 +261,22 @@ def serve(
     raise typer.Exit(code)
 
 
-def _print_startup(server: Server) -> None:
+def _backend_config(values: list[str]) -> dict[str, dict[str, str]]:
+    """--backend-config=<backend>,<setting>=<value> entries by backend (a setting without a backend
+    applies to every backend, as in Triton)."""
+    found: dict[str, dict[str, str]] = {}
+    for value in values:
+        backend, comma, setting = value.partition(",")
+        if not comma:
+            backend, setting = "", value
+        key, equals, item = setting.partition("=")
+        if not equals or not key:
+            raise CliError(f"--backend-config={value}: expected <backend>,<setting>=<value>")
+        found.setdefault(backend, {})[key] = item
+    return found
+
+
+def _print_tables(server: Server) -> None:
     from rich.console import Console
 
     from tcli import render
@@ -161,9 +284,16 @@ def _print_startup(server: Server) -> None:
     console = Console(stderr=True)
     for table in render.startup_tables(server):
         console.print(table)
+
+
+def _print_startup(server: Server) -> None:
+    from rich.console import Console
+
+    _print_tables(server)
+    console = Console(stderr=True)
     ports = [
         f"HTTP on {server.settings.host}:{server.http_port}" if server.http_port else "",
-        f"gRPC on {server.settings.host}:{server.grpc_port}" if server.grpc_port else "",
-        f"metrics on {server.settings.host}:{server.metrics_port}" if server.metrics_port else "",
+        f"gRPC on {server.settings.grpc_address}:{server.grpc_port}" if server.grpc_port else "",
+        f"metrics on {server.settings.metrics_address}:{server.metrics_port}" if server.metrics_port else "",
     ]
     console.print("Started " + ", ".join(p for p in ports if p) + " (Ctrl-C to stop)")

@@ -56,9 +56,16 @@ def test_serve_takes_a_bucket_as_tritons_chart_passes_it(s3: S3Server) -> None:
         assert server.stop() == 0
 
 
+def test_serve_exits_on_a_missing_bucket_as_tritonserver_does(s3: S3Server) -> None:
+    result = run_tcli("serve", "--model-repository", s3.url("no-such-bucket", "repo"), "--http-port", "0")
+    assert result.returncode == 1
+    assert "NoSuchBucket" in result.stderr and "failed to load all models" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_serve_stays_up_and_unready_on_a_missing_bucket_and_says_why(s3: S3Server) -> None:
     url = s3.url("no-such-bucket", "repo")
-    server = ServeProcess("--model-repository", url)
+    server = ServeProcess("--model-repository", url, "--exit-on-error=false")
     try:
         assert status(f"http://{server.http_url}/v2/health/live") == 200
         assert status(f"http://{server.http_url}/v2/health/ready") == 400

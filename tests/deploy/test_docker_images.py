@@ -209,14 +209,10 @@ def test_entrypoint_command_serves_add_sub_until_the_healthcheck_passes(tmp_path
         assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.xfail(
-    reason="tcli serve takes a leading `tritonserver` word as a repository folder; Triton's AWS/GCP "
-    "charts put `tritonserver` first in `args:`, which the image's ENTRYPOINT receives",
-    strict=False,
-)
 def test_tritons_chart_args_work_after_the_entrypoint(tmp_path: Path) -> None:
     repository = add_sub_repository(tmp_path)
     http = free_port()
+    # Triton's AWS/GCP charts put `tritonserver` first in `args:`, which the image's ENTRYPOINT receives
     chart_args = ["tritonserver", f"--model-store={repository}", "--model-control-mode=poll"]
     ports = ["--http-port", str(http), "--grpc-port", str(free_port()), "--metrics-port", str(free_port())]
     with Served([str(BIN / "tcli"), "serve", *chart_args, *ports], http) as server:

@@ -42,13 +42,15 @@ def drive(protocol: str, url: str, count: int) -> None:
 
 
 class ServeProcess:
-    """`tcli serve <flags>` on 127.0.0.1 and free ports; the constructor returns once the server prints
-    that it started (every start-up model loaded)."""
+    """`tcli serve <flags>` (or `tritonserver <flags>`, `program="tritonserver"`) on 127.0.0.1 and
+    free ports; the constructor returns once the server prints that it started (every start-up model
+    loaded)."""
 
-    def __init__(self, *flags: str) -> None:
+    def __init__(self, *flags: str, program: str = "tcli") -> None:
         ports = ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
+        command = [str(TCLI), "serve"] if program == "tcli" else [str(TCLI.parent / program)]
         self.process = subprocess.Popen(
-            [str(TCLI), "serve", *flags, "--http-address", "127.0.0.1", *ports],
+            [*command, *flags, "--http-address", "127.0.0.1", *ports],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -54,6 +54,7 @@ async def serve_native(
     *,
     max_message_size: int,
     generic_handlers: Iterable[grpc.GenericRpcHandler] = (),
+    reuse_port: bool = False,
 ) -> NativeGrpcServerHandle:
     """Serve the services `register` adds to a MethodTable (plus `generic_handlers`) on host:port
     from the running event loop; port 0 takes any free port. Raises OSError when it cannot bind."""
@@ -76,7 +77,7 @@ async def serve_native(
 
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        server = await loop.create_server(connect, host, port)
+        server = await loop.create_server(connect, host, port, reuse_port=reuse_port or None)
     except OSError as exc:
         raise OSError(exc.errno, f"gRPC server could not bind {address}: {exc.strerror or exc}") from None
     bound = server.sockets[0].getsockname()[1] if server.sockets else port

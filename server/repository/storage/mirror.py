@@ -106,15 +106,17 @@ class RepositoryMirror:
         return models
 
     def fetch(self, name: str, only: set[str] | None = None) -> Path:
-        """Bring the local copy of model `name` up to date with the last listing (only the files named
-        in `only`, paths relative to the model folder, when given); its folder."""
+        """Bring the local copy of model `name` up to date with the last listing (only the files and
+        top-level folders named in `only`, relative to the model folder, when given); its folder."""
         objects = self.models.get(name, ModelObjects())
         folder = self.root / name
         folder.mkdir(parents=True, exist_ok=True)
         for sub in sorted(objects.folders):
             (folder / sub).mkdir(parents=True, exist_ok=True)
         wanted = {
-            f"{name}/{path}": info for path, info in objects.files.items() if only is None or path in only
+            f"{name}/{path}": info
+            for path, info in objects.files.items()
+            if only is None or path in only or path.split("/", 1)[0] in only
         }
         stale = [
             (relative, info)
