@@ -2,7 +2,8 @@
 
 `Server` runs in-process (tests, notebooks): `with Server(settings) as server: server.http_url`.
 `run(settings)` is what `tcli serve` calls: it serves until SIGINT/SIGTERM, then stops accepting,
-drains in-flight requests up to the exit timeout, and unloads every model.
+drains in-flight requests up to the exit timeout, and unloads every model. On SIGTERM it first answers
+not ready while it goes on serving, until requests stop coming (`Server.unready`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ from server.repository.manager import ControlMode, LoadOptions, ModelManager
 from server.service import InferenceService
 
 log = logging.getLogger("tcli.server")
+
+# SIGTERM is how supervisors stop a replica (Kubernetes, systemd, a rolling restart), mostly with a load
+# balancer in front that polls /v2/health/ready. Closing the listener at once, as Triton does, fails
+# what the balancer sends before its next check finds the replica gone (behind HAProxy without retries,
+# checks every 250 ms, 3 clients: ~250 requests per restart; tests/integration/test_load_balancer.py).
+# So the server first answers not ready and serves on until no request has arrived for this long.
+QUIET_SECS = 1.0
 
 
 @dataclass
@@ -226,6 +234,19 @@ class Server:
             self._bls = None
         self.shm_registry.close()  # the front ends are gone: unmap every region still registered
 
+    async def unready(self, timeout: float, interrupted: Callable[[], bool] = lambda: False) -> None:
+        """Answer not ready but go on serving until no inference request has arrived for QUIET_SECS,
+        `timeout` passes or `interrupted()` (a second signal): a load balancer polling readiness has
+        routed new requests elsewhere by then, so stopping after this fails none of them."""
+        self.service.unready = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        seen, quiet_since = self.service.requests_started, loop.time()
+        while loop.time() < deadline and loop.time() - quiet_since < QUIET_SECS and not interrupted():
+            await asyncio.sleep(0.05)
+            if self.service.requests_started != seen:
+                seen, quiet_since = self.service.requests_started, loop.time()
+
     async def drain(self, timeout: float) -> None:
         """Stop accepting new inference requests and wait for queued and running ones."""
         self.service.accepting = False
@@ -258,16 +279,27 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
     loop = _new_event_loop()
     asyncio.set_event_loop(loop)
     stop = asyncio.Event()
+    received: list[int] = []
+
+    def on_signal(number: int) -> None:
+        received.append(number)
+        stop.set()
 
     async def main() -> None:
         await server.start_frontends()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal, sig)
         if on_started is not None:
             on_started(server)
         await stop.wait()
-        log.info("signal received: draining in-flight requests (up to %ss)", settings.exit_timeout_secs)
-        await server.drain(settings.exit_timeout_secs)
+        timeout = settings.exit_timeout_secs
+        began = loop.time()
+        if received[0] == signal.SIGTERM:  # Ctrl-C (SIGINT) is a person who wants it stopped now
+            log.info("SIGTERM: not ready; serving until no request has arrived for %ss", QUIET_SECS)
+            await server.unready(timeout / 2, lambda: len(received) > 1)  # half the exit timeout at most
+        remaining = timeout - (loop.time() - began)
+        log.info("signal received: draining in-flight requests (up to %.1fs)", remaining)
+        await server.drain(remaining)
         await server.stop_frontends()
 
     try:

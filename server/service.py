@@ -109,6 +109,10 @@ class InferenceService:
         self.server_id = server_id  # tritonserver --id: the name server metadata answers
         self.live_flag = True
         self.accepting = True  # False once shutdown starts: readiness drops, new requests get 503
+        # True from SIGTERM on: readiness answers false while requests are still served, so that a load
+        # balancer routes around the server before it stops accepting (app.py Server.unready)
+        self.unready = False
+        self.requests_started = 0  # inference requests so far: shows when a balancer stopped sending
         self.log_settings = log_settings or LogSettings()
         self.trace = TraceSettings()
         self.model_trace: dict[str, dict[str, Any]] = {}
@@ -118,9 +122,9 @@ class InferenceService:
         return self.live_flag
 
     def ready(self) -> bool:
-        """Accepting requests, every repository read at least once (a bucket that never answered
-        keeps the server unready), and with strict readiness every loaded model ready."""
-        if not self.accepting or not self.manager.repositories_listed():
+        """Accepting requests and not stopping, every repository read at least once (a bucket that
+        never answered keeps the server unready), and with strict readiness every loaded model ready."""
+        if self.unready or not self.accepting or not self.manager.repositories_listed():
             return False
         return self.manager.all_ready() if self.strict_readiness else True
 
@@ -189,6 +193,7 @@ class InferenceService:
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         if not self.accepting:
             raise unavailable("Server is shutting down: not accepting new inference requests")
+        self.requests_started += 1
         model, entry = self.manager.resolve(request.model_name, request.model_version)
         config, rules, runner = model.config, model.rules, entry.runner
         if entry.ensemble is not None and rules is not None:
@@ -227,6 +232,7 @@ class InferenceService:
         is_cancelled() from then on."""
         if not self.accepting:
             raise unavailable("Server is shutting down: not accepting new inference requests")
+        self.requests_started += 1
         model, entry = self.manager.resolve(request.model_name, request.model_version)
         config, rules, runner = model.config, model.rules, entry.runner
         if entry.ensemble is not None and rules is not None:
