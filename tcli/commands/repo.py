@@ -1,4 +1,4 @@
-"""`tcli repo validate | scaffold | index`: check and create model repositories before deployment."""
+"""`tcli repo validate | scaffold | import | index`: check and create model repositories before deployment."""
 
 from __future__ import annotations
 
@@ -212,6 +212,84 @@ def _named(options: ScaffoldOptions, name: str) -> ScaffoldOptions:
     import dataclasses
 
     return dataclasses.replace(options, name=name)
+
+
+@app.command("import")
+def import_(
+    model_uri: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODEL_URI",
+            help="models:/NAME/VERSION, models:/NAME@ALIAS, runs:/RUN_ID/PATH, or a local MLmodel folder.",
+        ),
+    ],
+    repository: Annotated[
+        Path, typer.Option("--repository", "--repo", "-r", help="Repository to create the model in.")
+    ] = DEFAULT_REPOSITORY,
+    name: Annotated[
+        str | None, typer.Option(help="Model name (default: the registered model's or the artifact's).")
+    ] = None,
+    version: Annotated[
+        int | None, typer.Option(min=1, help="Version folder (default: the registry version, else 1).")
+    ] = None,
+    max_batch_size: Annotated[
+        int | None, typer.Option(help="0 for no batching (default: 4 when the model can batch).")
+    ] = None,
+    dynamic_batching: Annotated[
+        bool | None,
+        typer.Option("--dynamic-batching/--no-dynamic-batching", help="Default: on when max_batch_size > 1."),
+    ] = None,
+    instance_count: Annotated[
+        int, typer.Option(min=1, help="Instances of the model to run in parallel.")
+    ] = 1,
+    tracking_uri: Annotated[
+        str | None,
+        typer.Option(envvar="MLFLOW_TRACKING_URI", help="The MLflow tracking server (models:/, runs:/)."),
+    ] = None,
+    timeout: Annotated[
+        int, typer.Option(min=1, help="Seconds to wait for each answer of the tracking server.")
+    ] = 30,
+    force: Annotated[bool, typer.Option(help="Replace an existing version folder and config.")] = False,
+    format: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.table,
+) -> None:
+    """Import an MLflow model: an ONNX flavour as an onnxruntime model, a pyfunc model as a python model.
+
+    The model is downloaded with mlflow (pip install 'tcli\\[mlflow]') and validated straight away.
+    """
+    import json
+    import tempfile
+
+    from rich.console import Console
+
+    from server.config.model_folder import scan_model
+    from server.config.scaffold import ScaffoldOptions
+    from server.protocol.errors import TritonError
+    from server.repository.validation import validate_model
+    from tcli.mlflow_import import report as import_report
+    from tcli.mlflow_import.entry import write_entry
+    from tcli.mlflow_import.fetch import fetch_model
+
+    if name is not None and (not name or "/" in name or name in (".", "..")):
+        raise CliError(f"--name '{name}' is not a model folder name")
+    with tempfile.TemporaryDirectory(prefix="tcli-mlflow-") as download:
+        model = fetch_model(model_uri, Path(download), tracking_uri=tracking_uri, timeout=timeout)
+        options = ScaffoldOptions(
+            name=name or model.name,
+            max_batch_size=max_batch_size,
+            dynamic_batching=dynamic_batching,
+            instance_count=instance_count,
+        )
+        try:
+            entry = write_entry(model, repository, options, version or model.version or 1, force=force)
+        except TritonError as exc:
+            raise CliError(exc.message) from None
+    report = validate_model(scan_model(entry.folder, repository))
+    if format == OutputFormat.json:
+        print(json.dumps(import_report.as_dict(model_uri, entry, report), indent=2))
+    else:
+        import_report.show(Console(), model_uri, entry, report)
+    if report.status == "error":
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -77,8 +77,11 @@ def fetch_model(text: str, into: Path, *, tracking_uri: str | None, timeout: int
     _bound_requests(timeout)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # mlflow's import and calls warn about matters of its own
-        import mlflow
-        from mlflow.models import Model
+        try:
+            import mlflow
+            from mlflow.models import Model
+        except ImportError:
+            raise CliError("tcli repo import needs mlflow: pip install 'tcli[mlflow]'") from None
 
         logging.getLogger("mlflow").setLevel(logging.ERROR)
         if tracking_uri:

@@ -7,6 +7,7 @@ Tensors are matched to the signature by position at serving time, so names are o
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +34,9 @@ def triton_type(mlflow_type: Any, where: str) -> str:
     try:
         return datatypes.wire_to_config(datatypes.numpy_to_wire(np.dtype(dtype)))
     except (KeyError, TypeError):
+        label = mlflow_type.name if isinstance(mlflow_type, enum.Enum) else str(mlflow_type)
         raise CliError(
-            f"{where} has MLflow type {mlflow_type}, which no Triton tensor type holds: "
+            f"{where} has MLflow type {label}, which no Triton tensor type holds: "
             "log the model with numeric, boolean, string or binary inputs and outputs"
         ) from None
 
