@@ -75,7 +75,7 @@ from server.repository.models import ModelState
 from server.stats import ModelStats
 
 if TYPE_CHECKING:
-    from prometheus_client.metrics_core import Metric
+    from prometheus_client.core import Metric
 
     from server.repository.manager import ModelManager
     from server.repository.models import ServedModel
@@ -282,7 +282,7 @@ def snapshot(manager: ModelManager) -> list[VersionSnapshot]:
 # ------------------------------------------------------------------------------------------ families
 def _counter(name: str, documentation: str) -> Metric:
     """A counter family whose samples carry the family name itself, as Triton's do (no `_total`)."""
-    from prometheus_client.metrics_core import Metric
+    from prometheus_client.core import Metric
 
     return Metric(name, documentation, "counter")
 
@@ -294,7 +294,7 @@ def _us(duration: dict[str, int]) -> int:
 def model_families(versions: list[VersionSnapshot]) -> Iterator[Metric]:
     """Triton's per-model families, in Triton's order; without loaded versions there are none (Triton
     leaves out families without series)."""
-    from prometheus_client.metrics_core import GaugeMetricFamily
+    from prometheus_client.core import GaugeMetricFamily
 
     if not versions:
         return
@@ -326,7 +326,7 @@ def model_families(versions: list[VersionSnapshot]) -> Iterator[Metric]:
 
 def batch_size_families(versions: list[VersionSnapshot]) -> Iterator[Metric]:
     """tcli_inference_batch_size: Triton's batch_stats (executions per batch size) as a histogram."""
-    from prometheus_client.metrics_core import HistogramMetricFamily
+    from prometheus_client.core import HistogramMetricFamily
 
     if not versions:
         return
@@ -347,7 +347,7 @@ def batch_size_families(versions: list[VersionSnapshot]) -> Iterator[Metric]:
 
 def ready_families(manager: ModelManager) -> Iterator[Metric]:
     """tcli_model_ready per version of the repository index (read from memory, not from storage)."""
-    from prometheus_client.metrics_core import GaugeMetricFamily
+    from prometheus_client.core import GaugeMetricFamily
 
     ready = GaugeMetricFamily(*_READY, labels=("model", "version"))
     for name, model in sorted(list(manager.models().items())):
@@ -359,7 +359,7 @@ def ready_families(manager: ModelManager) -> Iterator[Metric]:
 
 
 def host_families(cpu: CpuSampler) -> Iterator[Metric]:
-    from prometheus_client.metrics_core import GaugeMetricFamily
+    from prometheus_client.core import GaugeMetricFamily
 
     total, used = memory_bytes()
     yield GaugeMetricFamily(*_CPU_UTILIZATION, value=cpu.utilization())
@@ -401,7 +401,7 @@ class _Collected:
 
 def render(families: Iterable[Metric]) -> bytes:
     """Text exposition 0.0.4 of `families`, with counters' HELP/TYPE lines naming their samples."""
-    from prometheus_client.exposition import generate_latest
+    from prometheus_client import generate_latest
 
     families = list(families)
     text = generate_latest(_Collected(families))  # any object with collect() will do
