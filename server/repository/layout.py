@@ -7,6 +7,12 @@ from pathlib import Path
 from server.config.model_folder import ModelFolder, scan_model
 
 
+def is_model_name(name: str) -> bool:
+    """A name that can only mean one folder directly inside the repository: a request's model name
+    is a path component, so "..", separators and NUL would reach outside it."""
+    return name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
+
+
 def scan_repository(repository: Path) -> list[ModelFolder]:
     """Every model folder in a repository, sorted by name. Plain files at the top level are ignored,
     as Triton ignores them; hidden folders and __pycache__ are skipped."""

@@ -19,7 +19,7 @@ from typing import Protocol
 from server.config.model_folder import DATA_FOLDERS, ModelFolder, is_version_name, scan_model
 from server.config.parse import CONFIG_FILENAME
 from server.protocol.errors import TritonError
-from server.repository.layout import scan_repository
+from server.repository.layout import is_model_name, scan_repository
 from server.repository.storage.location import RemoteLocation, parse_location
 from server.repository.storage.mirror import RepositoryMirror
 
@@ -82,6 +82,8 @@ class LocalRepository:
         return {folder.name: folder for folder in scan_repository(self.path)}
 
     def folder(self, name: str) -> ModelFolder | None:
+        if not is_model_name(name):
+            return None
         path = self.path / name
         return scan_model(path, self.path) if path.is_dir() else None
 
