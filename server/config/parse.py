@@ -53,7 +53,20 @@ def parse_config_text(text: str, path: Path) -> ModelConfig:
         # protobuf quotes the whole offending line before the reason; the location already says where
         reason = re.sub(r"^'.*?': (?=[A-Z])", "", reason)
         raise ConfigParseError(path, line, column, reason, _suggest_fix(reason)) from None
+    except ValueError as exc:  # protobuf's checks past the grammar, e.g. an enum number out of range
+        reason = str(exc)
+        line, column = _locate(text, reason.rpartition(": ")[2])
+        raise ConfigParseError(path, line, column, reason, "use a value the field's type can hold") from None
     return config
+
+
+def _locate(text: str, value: str) -> tuple[int, int]:
+    """Line and column (1-based) of the first occurrence of `value` in `text`, else 1, 1."""
+    offset = text.find(value) if value else -1
+    if offset < 0:
+        return 1, 1
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
 
 
 def read_config(path: Path) -> tuple[ModelConfig, str]:

@@ -52,6 +52,15 @@ def test_parse_error_names_file_line_and_column_and_suggests_the_field(tmp_path:
     assert problem.fix == "did you mean 'max_batch_size'?"
 
 
+def test_an_enum_number_out_of_range_is_a_parse_error_at_its_place(tmp_path: Path) -> None:
+    config = 'backend: "python"\ninstance_group [ { kind: 99999999999999999999 } ]\n'
+    add_model(tmp_path, "m", config, {"1/model.py": MINIMAL_MODEL})
+    (problem,) = check(tmp_path).models[0].problems
+    assert (problem.line, problem.column) == (2, 26)
+    assert problem.message == "Value out of range: 99999999999999999999"
+    assert problem.fix == "use a value the field's type can hold"
+
+
 def test_unknown_data_type_is_a_parse_error_listing_known_types(tmp_path: Path) -> None:
     config = ADD_SUB_CONFIG.replace(
         'TYPE_FP32 dims: [ 4 ] },\n  { name: "INPUT1"', 'TYPE_FP33 dims: [ 4 ] },\n  { name: "INPUT1"'
