@@ -26,6 +26,10 @@ Scenarios (--only names in brackets; benchmarks/NOTES.md says what each measures
                 vs real Triton, <= 1.00; an unchanged bucket polled each second for a minute:
                 objects tcli downloads, 0.
   7 [replicas]  add_sub through HAProxy to two tcli replicas vs one (real perf_analyzer, c=8): info.
+  8 [soak]      5 minutes (--quick: 1) of mixed HTTP/gRPC load (python, onnx, sequence, ensemble,
+                decoupled stream) with a poll-mode config edit each minute and a python instance
+                process killed twice: 0 failures beside the killed instance's, RSS and fds within 10%.
+                `benchmarks/soak.py --minutes 60` is the hour-long run.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import batching, frontend, instances, perf_tools, replicas, startup, storage
+from benchmarks import batching, frontend, instances, perf_tools, replicas, soak, startup, storage
 from benchmarks.context import Context
 from benchmarks.harness import Server, Windows, ensure_reference, log, start_tcli, start_triton
 from benchmarks.repos import copy_examples
@@ -50,7 +54,7 @@ from benchmarks.table import Row, machine, render, write_json
 # other work on these 2 cores moves throughput by more than 10% between windows, and a comparison
 # is a median over interleaved runs anyway; both load generators are given the same value
 STABILITY_PCT = 100
-SCENARIOS = ("frontend", "batching", "instances", "startup", "perf", "storage", "replicas")
+SCENARIOS = ("frontend", "batching", "instances", "startup", "perf", "storage", "replicas", "soak")
 # scenario 5: the server on core 0, each load generator on core 1 (see NOTES.md)
 SERVER_CPUS, CLIENT_CPUS = [0], [1]
 
@@ -109,6 +113,8 @@ def main() -> None:
             rows += storage.rows(ctx)
         if "replicas" in chosen:
             rows += replicas.rows(ctx)
+        if "soak" in chosen:
+            rows += soak.rows(ctx)
     took = time.monotonic() - began
     mode = "--quick" if args.quick else "default"
     # the 1-minute load average before and after: other work on the machine moves every figure
