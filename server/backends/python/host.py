@@ -20,12 +20,13 @@ import contextlib
 import inspect
 import json
 import threading
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from server.backends.base import InstanceSpec, ModelContext, RequestModel
+from server.backends.base import InstanceSpec, ModelContext, ModelError, RequestModel, ResponseChannel
 from server.backends.python import model_import
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.pb_utils import host_api as pb_host
@@ -42,16 +43,6 @@ _RESERVED_PARAMETERS = frozenset(
 )
 _KIND_NAMES = {"KIND_CPU": "CPU", "KIND_GPU": "GPU", "KIND_MODEL": "MODEL"}
 _FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-
-
-class ResponseChannel(Protocol):
-    """The server's end of one request's response sender: `send(result, final)` delivers a converted
-    response, an error, or None (a flags-only final); `is_cancelled()` tells whether the client went
-    away. Called from whichever thread the model sends on."""
-
-    def send(self, result: InferenceResponse | TritonError | None, final: bool, /) -> None: ...
-
-    def is_cancelled(self) -> bool: ...
 
 
 class _Transport:
@@ -171,6 +162,9 @@ class PythonModel(RequestModel):
                 ErrorCode.INTERNAL, f"model '{self.name}' initialize() failed: {_first_line(exc)}"
             ) from None
 
+    def serves_scope(self, scope: object) -> bool:
+        return scope is self._scope
+
     @property
     def inline_ok(self) -> bool:
         """Whether the runner may call execute() straight from its event loop: not for decoupled models
@@ -216,7 +210,7 @@ class PythonModel(RequestModel):
                         return [None] * len(requests)
                     results = self._run_coroutine(results)
         except Exception as exc:  # the model's error fails these requests only
-            return self._fail_open(senders, self._failure(_first_line(exc)))
+            return self._fail_open(senders, self._failure(_first_line(exc), exc))
         if self.decoupled:
             if results is not None:
                 message = f"Python model '{self.name}' is using the decoupled mode and the execute function must return None."
@@ -234,10 +228,12 @@ class PythonModel(RequestModel):
             return [error] * len(requests)
         return [self._from_pb(request, result) for request, result in zip(requests, results, strict=True)]
 
-    def _failure(self, message: str) -> TritonError:
-        return TritonError(
-            ErrorCode.INTERNAL,
-            f"Failed to process the request(s) for model '{self.name}', message: {message}",
+    def _failure(self, message: str, exc: BaseException | None = None) -> ModelError:
+        """The model's own failure, as Triton's python backend words it; with its traceback for the
+        server's log (the runner writes it)."""
+        trace = "" if exc is None else "".join(traceback.format_exception(exc)).rstrip()
+        return ModelError(
+            f"Failed to process the request(s) for model '{self.name}', message: {message}", trace
         )
 
     @staticmethod
@@ -286,7 +282,7 @@ class PythonModel(RequestModel):
                 if result is not None:
                     raise TypeError("the execute function must return None in the decoupled mode")
             except Exception as exc:
-                error = self._failure(_first_line(exc))
+                error = self._failure(_first_line(exc), exc)
                 for sender, channel in zip(senders, channels, strict=True):
                     if not sender.closed:
                         sender.close()
