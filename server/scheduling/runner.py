@@ -390,7 +390,7 @@ class ModelRunner:
                 version,
                 instance,
                 ids,
-                error.message,
+                error.message.partition("\n")[0],  # the traceback that follows has the rest
                 f"\n{error.trace}" if error.trace else "",
             )
 
