@@ -3,10 +3,11 @@ exception (a python model's execute(), an error onnxruntime raises running the g
 batch, is answered with the model's message as Triton words it, and is logged once with its
 traceback, the model, version, instance and request ids; the instance then serves the next request.
 An exception of tcli's own (injected here into a step of the runner, the dispatcher or the python
-host) is answered as a tcli bug pointing to the log, and logged once with its traceback."""
+host, an ensemble) is answered as a tcli bug pointing to the log, and logged once with its traceback."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from server.backends.python.host import PythonModel
 from server.backends.python.process_host import ProcessModel
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceRequest, InferenceResponse, Tensor
+from server.scheduling.ensemble import EnsembleSchedule
 from server.scheduling.runner import ModelRunner
 from server.stats import ModelStats
 from tests.unit.test_python_process import make_runner, submit
@@ -237,3 +239,31 @@ def test_tcli_bug_in_the_loop_dispatcher(
     finally:
         loop.stop()
         runner.stop(10)
+
+
+ENSEMBLE = """
+name: "pipeline"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]
+ensemble_scheduling { step [ {
+  model_name: "double" model_version: -1 input_map { key: "IN" value: "X" } output_map { key: "OUT" value: "Y" }
+} ] }
+"""
+
+
+def test_tcli_bug_in_an_ensemble(caplog: pytest.LogCaptureFixture) -> None:
+    schedule = EnsembleSchedule(text_format.Parse(ENSEMBLE, mc.ModelConfig()), ModelStats("pipeline", "1"))
+    data = np.zeros(2, dtype=np.float32)
+    request = InferenceRequest("pipeline", "", "req-bug", [Tensor("X", "FP32", data.shape, data)])
+
+    async def step(_: InferenceRequest) -> InferenceResponse:  # the service's infer, broken
+        raise RuntimeError("injected")
+
+    with pytest.raises(TritonError) as caught:
+        asyncio.run(schedule.infer(request, step, "1"))
+    assert_tcli_bug(
+        caught.value, error_records(caplog), "ensemble 'pipeline' version 1", "'req-bug'", "in step"
+    )
+    assert schedule.stats.fail.count == 1
