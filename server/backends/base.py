@@ -86,6 +86,7 @@ class ModelError(TritonError):
     def __init__(self, message: str, trace: str, code: ErrorCode = ErrorCode.INTERNAL) -> None:
         super().__init__(code, message)
         self.trace = trace
+        self.logged = False  # set by whoever logs it (it may reach several requests one by one)
 
 
 def tcli_bug(exc: BaseException) -> TritonError:

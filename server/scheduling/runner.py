@@ -378,11 +378,13 @@ class ModelRunner:
         self, batch: Sequence[WorkItem], results: Sequence[InferenceResponse | TritonError | None]
     ) -> None:
         """Each failure of the model's own code among `results`, once, with the requests it failed."""
-        failed: dict[int, tuple[ModelError, list[WorkItem]]] = {}
+        # one exception failing several requests: one error object, or equal copies from a process
+        failed: dict[tuple[str, str], tuple[ModelError, list[WorkItem]]] = {}
         for item, result in zip(batch, results, strict=True):
-            if isinstance(result, ModelError):
-                failed.setdefault(id(result), (result, []))[1].append(item)
+            if isinstance(result, ModelError) and not result.logged:
+                failed.setdefault((result.message, result.trace), (result, []))[1].append(item)
         for error, items in failed.values():
+            error.logged = True
             model, version, instance, ids = self._where(items)
             _LOG.error(
                 "model '%s' version %s instance '%s' failed request(s) %s: %s%s",

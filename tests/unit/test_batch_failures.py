@@ -107,6 +107,46 @@ def test_python_model_exception_fails_its_batch_logged_once(
     assert (raiser.stats.success.count, raiser.stats.fail.count) == (1, 1)
 
 
+BATCHED = """
+name: "raiser"
+backend: "python"
+max_batch_size: 4
+dynamic_batching { preferred_batch_size: [ 3 ] max_queue_delay_microseconds: 30000000 }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+parameters { key: "TCLI_INSTANCE_PROCESS" value { string_value: "%s" } }
+"""
+
+
+@pytest.mark.parametrize("process", ["false", "true"], ids=["in-thread", "own-process"])
+def test_one_exception_failing_a_batch_is_logged_once(
+    process: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "raiser" / "1").mkdir(parents=True)
+    (tmp_path / "raiser" / "1" / "model.py").write_text(RAISER)
+    config = text_format.Parse(BATCHED % process, mc.ModelConfig())
+    config.default_model_filename = "model.py"
+    config.instance_group.add(name="raiser", kind=mc.ModelInstanceGroup.KIND_CPU, count=1)
+    runner = ModelRunner(ModelContext(config, tmp_path / "raiser", 1, tmp_path), ModelStats("raiser", "1"))
+    runner.load()
+    try:
+        # three requests make the preferred batch at once (the queue delay is far longer than any test)
+        waiters = []
+        for number in range(3):
+            data = np.array([[-1]], dtype=np.int32)
+            request = InferenceRequest(
+                "raiser", "", f"req-{number}", [Tensor("IN", "INT32", data.shape, data)]
+            )
+            waiters.append(submit(runner, request))
+        answers = [waiter.wait() for waiter in waiters]
+        assert all(isinstance(a, TritonError) and "ValueError: negative input" in a.message for a in answers)
+        assert runner.stats.execution_count == 1
+        (record,) = error_records(caplog)
+        assert "failed request(s) 'req-0', 'req-1', 'req-2'" in logged_text(record)
+    finally:
+        runner.stop(10)
+
+
 def test_decoupled_coroutine_failure_is_logged_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     source = """
 import triton_python_backend_utils as pb_utils
