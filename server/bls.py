@@ -388,9 +388,9 @@ def _calling_instance(service: InferenceService) -> _Caller | None:
         model, entry = service.manager.resolve(scope.model_name, scope.model_version)
     except TritonError:
         return None
-    instances = list(getattr(entry.runner, "_instances", ()))
-    caller = next((i for i in instances if getattr(i, "_scope", None) is scope), None)
-    if caller is None:
+    runner = entry.runner
+    caller = None if runner is None else runner.instance_in_scope(scope)
+    if runner is None or caller is None:
         return None
     config = model.config
     if config is not None and config.model_transaction_policy.decoupled:
@@ -398,7 +398,7 @@ def _calling_instance(service: InferenceService) -> _Caller | None:
 
         if not isinstance(caller, PythonModel) or _running_loop() is not None:
             return None
-    return (scope.model_name, scope.model_version), id(scope), len(instances)
+    return (scope.model_name, scope.model_version), id(scope), runner.instance_count
 
 
 def _version(model_version: int) -> str:

@@ -1,10 +1,18 @@
-"""The one small interface every backend implements: what a backend is given to load a model
-(`ModelContext`, `InstanceSpec`) and the two shapes of loaded instance. The table that picks a backend
-for a config lives above the backends, in registry.py.
+"""The contract between a backend and the layers above it: what a backend is given to load a model
+(`ModelContext`, `InstanceSpec`), the shapes of a loaded instance the scheduling layer runs
+(`ModelInstance`: `TensorModel`, `RequestModel`, `LoopRequestModel`), and how an instance tells a
+failure of the model's own code (`ModelError`) from one of tcli's. The table that picks a backend for
+a config lives above the backends, in registry.py.
 
 Two shapes of model: framework models (onnxruntime, pytorch, tensorrt) take merged tensors, so the
 scheduler merges requests into one batch and splits the outputs; python models take the list of
 requests as Triton hands it to `TritonPythonModel.execute`.
+
+Every capability the runner may use is declared here, with the default a backend gets by not
+overriding it: `RequestModel.inline_ok`, `RequestModel.execute_channels`, `RequestModel.serves_scope`,
+and the event-loop hand-off of `LoopRequestModel`. A backend class inherits one of these, so mypy
+rejects it (where it is created, in registry.py) when it misses an abstract method or overrides one
+with another signature.
 """
 
 from __future__ import annotations
@@ -12,13 +20,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from server.protocol.errors import ErrorCode, TritonError
 
 if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Callable, Sequence
+
     import numpy as np
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-    from server.protocol.errors import TritonError as Error
     from server.protocol.types import InferenceRequest, InferenceResponse
 
 
@@ -64,23 +76,103 @@ class ModelContext:
         return self.version_dir / self.config.default_model_filename
 
 
-class TensorModel(ABC):
-    """A loaded instance of a framework model: merged input tensors in, output tensors out."""
+class ModelError(TritonError):
+    """A failure of the model's own code (a python model's execute(), an error onnxruntime or torch
+    raises while running the graph), as the answer of the requests it failed. `trace` is its
+    traceback as text (it may come from an instance's own process); the runner logs it once, with
+    the model, the instance and the request ids. Only the failed batch fails: the instance goes on.
+    Any other exception out of an instance is a bug of tcli's, answered as such."""
+
+    def __init__(self, message: str, trace: str, code: ErrorCode = ErrorCode.INTERNAL) -> None:
+        super().__init__(code, message)
+        self.trace = trace
+        self.logged = False  # set by whoever logs it (it may reach several requests one by one)
+
+
+def tcli_bug(exc: BaseException) -> TritonError:
+    """The answer for requests an exception of tcli's own failed (not the model's): whoever catches
+    it logs its traceback, once, with the model, instance and requests."""
+    text = str(exc).strip().splitlines()
+    detail = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return TritonError(
+        ErrorCode.INTERNAL,
+        f"internal error: a bug in tcli, not in the model ({detail}); the server log has the traceback",
+    )
+
+
+class ResponseChannel(Protocol):
+    """The server's end of one request's response sender: `send(result, final)` delivers a converted
+    response, an error, or None (a flags-only final); `is_cancelled()` tells whether the client went
+    away. Called from whichever thread the model sends on."""
+
+    def send(self, result: InferenceResponse | TritonError | None, final: bool, /) -> None: ...
+
+    def is_cancelled(self) -> bool: ...
+
+
+class ModelInstance(ABC):  # noqa: B024 - its abstract methods are its two shapes' own
+    """One loaded instance of a model version; the runner gives it one batch at a time."""
+
+    def unload(self) -> None:  # noqa: B027 - most backends free everything when dropped
+        """Release what the instance holds (sessions, modules, device memory, a python model's
+        finalize())."""
+
+
+class TensorModel(ModelInstance):
+    """A loaded instance of a framework model: merged input tensors in, output tensors out. A failure
+    inside the framework raises ModelError."""
 
     @abstractmethod
     def execute(
         self, inputs: dict[str, np.ndarray[Any, Any]], output_names: list[str]
     ) -> dict[str, np.ndarray[Any, Any]]: ...
 
-    def unload(self) -> None:  # noqa: B027 - most backends free everything when dropped
-        """Release what the instance holds (sessions, modules, device memory)."""
 
+class RequestModel(ModelInstance):
+    """A loaded instance that takes the requests themselves (python models). A failure of the
+    model's code is a ModelError among the results, not an exception."""
 
-class RequestModel(ABC):
-    """A loaded instance that takes the requests themselves (python models)."""
+    @property
+    def inline_ok(self) -> bool:
+        """Whether the runner may call execute_channels() straight from its event loop: the model is
+        cheap and never waits on other threads or processes. No, unless a backend says so."""
+        return False
 
     @abstractmethod
-    def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse | Error]: ...
+    def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse | TritonError]:
+        """Every request's one result."""
 
-    def unload(self) -> None:  # noqa: B027
-        """Call the model's finalize and release what it holds."""
+    def execute_channels(
+        self, requests: list[InferenceRequest], channels: Sequence[ResponseChannel] | None
+    ) -> list[InferenceResponse | TritonError | None]:
+        """Run `requests`, each with a response channel (none when `channels` is None): per request
+        its one result, or None when it answers (or answered, or will) through its channel. Without
+        response senders, this is execute()."""
+        return list(self.execute(requests))
+
+    def serves_scope(self, scope: object) -> bool:
+        """Whether `scope`, the model-call scope current while a python model's code runs, is this
+        instance's (BLS tells apart the instances waiting on its requests by it)."""
+        return False
+
+
+class LoopRequestModel(RequestModel):
+    """A request model the event loop hands batches to without a thread (an instance in a process of
+    its own): the runner's dispatcher (server/scheduling/dispatch.py) starts a batch and is called
+    back with its results on the loop."""
+
+    @abstractmethod
+    def start_batch(
+        self,
+        requests: list[InferenceRequest],
+        channels: Sequence[ResponseChannel] | None,
+        done: Callable[[list[InferenceResponse | TritonError | None]], None],
+        loop: asyncio.AbstractEventLoop,
+    ) -> bool:
+        """Start the batch and return; `done(results)` follows once, as execute_channels() would
+        return them, on `loop`. False, having done nothing, when the instance cannot start it now
+        (execute_channels() on a thread then runs it)."""
+
+    def can_queue(self, requests: list[InferenceRequest]) -> bool:
+        """Whether this batch may be started while another one runs (sent behind it)."""
+        return False

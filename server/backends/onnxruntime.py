@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import traceback
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from server.backends.base import InstanceSpec, ModelContext, TensorModel
+from server.backends.base import InstanceSpec, ModelContext, ModelError, TensorModel
 from server.backends.devices import onnx_providers
 from server.protocol.errors import ErrorCode, TritonError
 
@@ -79,7 +80,8 @@ class OnnxModel(TensorModel):
             results = self._session.run(output_names, feed)
         except Exception as exc:  # a runtime failure inside the graph belongs to this request only
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise TritonError(ErrorCode.INTERNAL, f"onnxruntime execute failure: {first}") from None
+            trace = "".join(traceback.format_exception(exc)).rstrip()
+            raise ModelError(f"onnxruntime execute failure: {first}", trace) from None
         return {
             name: _str_to_bytes(value) if value.dtype == object else value
             for name, value in zip(output_names, results, strict=True)

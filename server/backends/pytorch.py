@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import functools
 import re
+import traceback
 import warnings
 from typing import Any
 
 import numpy as np
 
-from server.backends.base import InstanceSpec, ModelContext, TensorModel
+from server.backends.base import InstanceSpec, ModelContext, ModelError, TensorModel
 from server.backends.pytorch_import import import_torch
 from server.protocol.errors import ErrorCode, TritonError
 
@@ -98,7 +99,8 @@ class TorchScriptModel(TensorModel):
                 result = self._module(*tensors)
             except Exception as exc:  # a failure inside forward() belongs to this request only
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise TritonError(ErrorCode.INTERNAL, f"PyTorch execute failure: {first}") from None
+                trace = "".join(traceback.format_exception(exc)).rstrip()
+                raise ModelError(f"PyTorch execute failure: {first}", trace) from None
         results = list(result) if isinstance(result, tuple | list) else [result]
         out = {}
         for name in output_names:

@@ -33,25 +33,12 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from server.protocol.errors import TritonError, internal, unavailable
+from server.protocol.errors import TritonError, unavailable
 from server.scheduling.work import WorkItem
 
 if TYPE_CHECKING:
-    from server.backends.python.host import ResponseChannel
+    from server.backends.base import LoopRequestModel, ResponseChannel
     from server.protocol.types import InferenceRequest, InferenceResponse
-
-
-class LoopModel(Protocol):
-    """An instance that takes a batch without a thread (ProcessModel); `can_queue(requests)`, when
-    it has one, says whether a batch may be sent while another runs."""
-
-    def start_batch(
-        self,
-        requests: list[InferenceRequest],
-        channels: Sequence[ResponseChannel] | None,
-        done: Callable[[list[InferenceResponse | TritonError | None]], None],
-        loop: asyncio.AbstractEventLoop,
-    ) -> bool: ...
 
 
 class Runner(Protocol):
@@ -59,7 +46,7 @@ class Runner(Protocol):
 
     batched: bool
 
-    def begin(self, batch: list[WorkItem]) -> tuple[int, list[ResponseChannel]]: ...
+    def begin(self, batch: list[WorkItem], index: int) -> tuple[int, list[ResponseChannel]]: ...
 
     def settle(
         self, batch: list[WorkItem], results: Sequence[InferenceResponse | TritonError | None], start: int
@@ -69,9 +56,7 @@ class Runner(Protocol):
 
     def run_batch(self, index: int, batch: list[WorkItem]) -> None: ...
 
-
-def can_dispatch(instances: Sequence[object]) -> bool:
-    return bool(instances) and all(callable(getattr(i, "start_batch", None)) for i in instances)
+    def bug(self, batch: list[WorkItem], exc: BaseException) -> TritonError: ...
 
 
 class _Sent:
@@ -86,7 +71,7 @@ class _Sent:
 
 class LoopDispatcher:
     def __init__(
-        self, runner: Runner, instances: Sequence[LoopModel], busy: Sequence[threading.Lock]
+        self, runner: Runner, instances: Sequence[LoopRequestModel], busy: Sequence[threading.Lock]
     ) -> None:
         self._runner = runner
         self._instances = list(instances)
@@ -139,15 +124,14 @@ class LoopDispatcher:
             index = (self._next + step) % count
             if len(self._out[index]) != 1:  # one behind at most; an instance a worker runs is not ours
                 continue
-            can_queue = getattr(self._instances[index], "can_queue", None)
-            if can_queue is None or not can_queue([item.request for item in self.waiting[0]]):
+            if not self._instances[index].can_queue([item.request for item in self.waiting[0]]):
                 continue
             self._start(index, self.waiting.popleft())
 
     def _start(self, index: int, batch: list[WorkItem]) -> None:
         assert self.loop is not None
         self.running += 1
-        start, channels = self._runner.begin(batch)
+        start, channels = self._runner.begin(batch, index)
         sent = _Sent(batch, start)
         out = self._out[index]
         out.append(sent)
@@ -162,9 +146,11 @@ class LoopDispatcher:
             started = self._instances[index].start_batch(
                 [item.request for item in batch], channels, done, self.loop
             )
-        except Exception as exc:  # e.g. an input pickle refuses: this batch fails, the instance goes on
-            error = exc if isinstance(exc, TritonError) else internal(f"{type(exc).__name__}: {exc}")
+        except TritonError as error:
             self._done(index, sent, [error] * len(batch))
+            return
+        except Exception as exc:  # e.g. an input pickle refuses: this batch fails, the instance goes on
+            self._done(index, sent, [self._runner.bug(batch, exc)] * len(batch))
             return
         if started:
             return

@@ -1,14 +1,17 @@
 """Ensemble scheduling (`platform: "ensemble"`): a DAG of steps over named tensors. A step runs as soon
 as every tensor it reads exists; independent steps run concurrently. Each step is an ordinary request
-to its composing model, so batching, instances and statistics apply there as usual."""
+to its composing model, so batching, instances and statistics apply there as usual. An exception of
+tcli's own while running one is answered as a tcli bug and logged here, once, with its traceback."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from server.backends.base import tcli_bug
 from server.protocol.errors import TritonError, internal
 from server.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
@@ -18,6 +21,8 @@ if TYPE_CHECKING:
     from server.stats import ModelStats
 
 Infer = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
+
+_LOG = logging.getLogger("tcli.scheduling")
 
 # sequence and priority settings travel with every step, as Triton passes them through
 _PASS_THROUGH = ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout")
@@ -48,6 +53,17 @@ class EnsembleSchedule:
         except TritonError as error:
             self.stats.record_failure(time.monotonic_ns() - start, "BACKEND")
             raise error
+        except Exception as exc:  # a bug of tcli's: this request fails, the ensemble goes on
+            self.stats.record_failure(time.monotonic_ns() - start, "BACKEND")
+            _LOG.error(
+                "tcli bug running ensemble '%s' version %s (no instances: its steps run on the composing "
+                "models), request %r",
+                self.name,
+                version,
+                request.id,
+                exc_info=exc,
+            )
+            raise tcli_bug(exc) from None
         rows = request.batch_size(True) if request.inputs and request.inputs[0].shape else 1
         total = time.monotonic_ns() - start
         self.stats.record_success(rows, total, 0, 0, total, 0)

@@ -12,11 +12,18 @@ event loop) when the model's executions have recently been short, the queue is e
 is free. Handing a request to a worker thread and back costs more than add_sub's whole execute(),
 because each side waits for the GIL the other holds (benchmarks/NOTES.md). A model that turns slow
 goes back to its worker threads, so it cannot stall the loop for long. Python instances in processes
-of their own take the event loop's requests without a thread at all (`dispatch.LoopDispatcher`)."""
+of their own take the event loop's requests without a thread at all (`dispatch.LoopDispatcher`).
+
+What the runner calls on an instance is the contract in server/backends/base.py, on a scheduler the
+one in work.py. A batch that fails answers its requests with the error and the instance goes on: a
+failure of the model's own code (`ModelError`) with the model's message, anything else unexpected
+as a bug of tcli's. Either is logged here once, with its traceback, the model, version, instance and
+request ids."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -24,13 +31,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from server.backends.base import ModelContext, RequestModel, TensorModel, instance_specs
+from server.backends.base import (
+    LoopRequestModel,
+    ModelContext,
+    ModelError,
+    RequestModel,
+    ResponseChannel,
+    TensorModel,
+    instance_specs,
+    tcli_bug,
+)
 from server.backends.registry import load_instance
 from server.config.validate import enum_name
 from server.protocol import datatypes
-from server.protocol.errors import TritonError, internal
+from server.protocol.errors import TritonError
 from server.protocol.types import InferenceResponse, Tensor
-from server.scheduling.dispatch import LoopDispatcher, can_dispatch
+from server.scheduling.dispatch import LoopDispatcher
 from server.scheduling.sequence import NullItem
 from server.scheduling.work import Completion, DefaultScheduler, ResponseStream, Scheduler, WorkItem
 
@@ -47,6 +63,7 @@ if TYPE_CHECKING:
 # stall of the event loop delays every other connection's requests.
 INLINE_BUDGET_NS = 500_000
 _EMA_WEIGHT = 0.125  # weight of the newest execution in the average
+_LOG = logging.getLogger("tcli.scheduling")
 
 
 def make_scheduler(config: ModelConfig, model_dir: Path | None = None) -> Scheduler:
@@ -75,14 +92,15 @@ class ModelRunner:
         self.stats = stats
         self.scheduler = scheduler or make_scheduler(context.config, context.model_dir)
         # a sequence batcher pads direct batches with null requests: results dropped, stats skip them
-        self._pads = bool(getattr(self.scheduler, "pads_batches", False))
+        self._pads = self.scheduler.pads_batches
         self._instances: list[TensorModel | RequestModel] = []
+        self._instance_names: list[str] = []
         self._busy: list[threading.Lock] = []  # held while an instance executes (worker or inline)
         self._threads: list[threading.Thread] = []
         self._closed = False
         # instances that may run on the caller's thread, and the average execution time that decides it;
         # it starts above the budget so a model's first executions (often its slowest) go to threads
-        self._inline: list[tuple[RequestModel, threading.Lock]] = []
+        self._inline: list[tuple[int, RequestModel]] = []  # (index, instance)
         self._dispatcher: LoopDispatcher | None = None  # instances the event loop hands requests to
         self._execute_ema_ns = 2 * INLINE_BUDGET_NS
         self._output_types = {
@@ -101,23 +119,24 @@ class ModelRunner:
         try:
             for spec in instance_specs(self.config):
                 self._instances.append(load_instance(self.context, spec))
-            prepare = getattr(self.scheduler, "prepare", None)
-            if prepare is not None:  # schedulers that pin work to instances (sequences) size themselves
-                prepare(len(self._instances))
+                self._instance_names.append(spec.name)
+            self.scheduler.prepare(len(self._instances))
         except BaseException:
             self._unload_instances()
             raise
         self._busy = [threading.Lock() for _ in self._instances]
-        if type(self.scheduler) is DefaultScheduler:  # batching and sequence schedulers need their queue
+        scheduler = self.scheduler
+        if isinstance(scheduler, DefaultScheduler):  # batching and sequence schedulers need their queue
             self._inline = [
-                (instance, lock)
-                for instance, lock in zip(self._instances, self._busy, strict=True)
-                if isinstance(instance, RequestModel) and getattr(instance, "inline_ok", False)
+                (index, instance)
+                for index, instance in enumerate(self._instances)
+                if isinstance(instance, RequestModel) and instance.inline_ok
             ]
-            if can_dispatch(self._instances):
-                dispatcher = LoopDispatcher(self, self._instances, self._busy)  # type: ignore[arg-type]
+            on_loop = [i for i in self._instances if isinstance(i, LoopRequestModel)]
+            if on_loop and len(on_loop) == len(self._instances):
+                dispatcher = LoopDispatcher(self, on_loop, self._busy)
                 self._dispatcher = dispatcher
-                self.scheduler.elsewhere = lambda: len(dispatcher.waiting)
+                scheduler.elsewhere = lambda: len(dispatcher.waiting)
         for index, instance in enumerate(self._instances):
             thread = threading.Thread(
                 target=self._work,
@@ -148,6 +167,20 @@ class ModelRunner:
             with busy, contextlib.suppress(Exception):
                 instance.unload()
         self._instances.clear()
+        self._instance_names.clear()
+
+    # what the layers above may ask -----------------------------------------------------------------
+    @property
+    def instance_count(self) -> int:
+        return len(self._instances)
+
+    def instance_in_scope(self, scope: object) -> RequestModel | None:
+        """The instance whose model code runs in `scope` (a python model's call scope; see
+        RequestModel.serves_scope), when it is one of this version's."""
+        for instance in list(self._instances):
+            if isinstance(instance, RequestModel) and instance.serves_scope(scope):
+                return instance
+        return None
 
     # requests --------------------------------------------------------------------------------------
     def submit(
@@ -169,11 +202,12 @@ class ModelRunner:
             return not self._closed and self._dispatcher.offer(request, complete)
         if self._execute_ema_ns > INLINE_BUDGET_NS or self._closed or self.scheduler.pending():
             return False
-        for instance, busy in self._inline:
+        for index, instance in self._inline:
+            busy = self._busy[index]
             if busy.acquire(blocking=False):
                 try:
                     item = WorkItem(request, request.batch_size(self.batched), complete)
-                    self._run_request_batch(instance, [item])
+                    self._run_request_batch(instance, index, [item])
                 finally:
                     busy.release()
                 return True
@@ -190,16 +224,16 @@ class ModelRunner:
                 continue  # the event loop runs it
             with busy:
                 if isinstance(instance, TensorModel):
-                    self._run_tensor_batch(instance, batch)
+                    self._run_tensor_batch(instance, index, batch)
                 else:
-                    self._run_request_batch(instance, batch)
+                    self._run_request_batch(instance, index, batch)
             if dispatcher is not None:
                 dispatcher.wake()
 
-    def _run_tensor_batch(self, model: TensorModel, batch: list[WorkItem]) -> None:
+    def _run_tensor_batch(self, model: TensorModel, index: int, batch: list[WorkItem]) -> None:
         start = time.monotonic_ns()
         for item in batch:
-            item.started_ns = start
+            item.started_ns, item.instance = start, index
         try:
             requests = [item.request for item in batch]
             if len(batch) == 1:
@@ -224,40 +258,35 @@ class ModelRunner:
             responses = [
                 self._response(item.request, out) for item, out in zip(batch, per_request, strict=True)
             ]
-        except TritonError as error:
+        except TritonError as error:  # the model's own failure (logged) or a refusal of tcli's
             self.fail(batch, error)
             return
-        except Exception as exc:  # an unexpected failure fails this batch, never the worker
-            self.fail(batch, internal(f"{type(exc).__name__}: {exc}"))
+        except Exception as exc:  # tcli's bug fails this batch, never the worker
+            self.fail(batch, self.bug(batch, exc))
             return
         end = time.monotonic_ns()
         self._succeed(batch, responses, start, infer_start, infer_end, end)
 
-    def _run_request_batch(self, model: RequestModel, batch: list[WorkItem]) -> None:
-        start, channels = self.begin(batch)
+    def _run_request_batch(self, model: RequestModel, index: int, batch: list[WorkItem]) -> None:
+        start, channels = self.begin(batch, index)
         try:
-            execute_channels = getattr(model, "execute_channels", None)
-            if execute_channels is None:
-                results: list[InferenceResponse | TritonError | None] = list(
-                    model.execute([item.request for item in batch])
-                )
-            else:
-                results = execute_channels([item.request for item in batch], channels)
-        except TritonError as error:
+            results = model.execute_channels([item.request for item in batch], channels)
+        except TritonError as error:  # the model's own failure (logged) or a refusal of tcli's
             self.fail(batch, error)
             return
-        except Exception as exc:  # the model's own bug fails this batch, never the worker
-            self.fail(batch, internal(f"{type(exc).__name__}: {exc}"))
+        except Exception as exc:  # tcli's bug fails this batch, never the worker
+            self.fail(batch, self.bug(batch, exc))
             return
         self.settle(batch, results, start)
 
     # a request model's batch in two halves, for who starts it and who gets its results (dispatch.py)
-    def begin(self, batch: list[WorkItem]) -> tuple[int, list[_Channel]]:
-        """Mark the batch started: its start time, and a response channel per request."""
+    def begin(self, batch: list[WorkItem], index: int) -> tuple[int, list[ResponseChannel]]:
+        """Mark the batch started on instance `index`: its start time, and a response channel per
+        request."""
         start = time.monotonic_ns()
         for item in batch:
-            item.started_ns = start
-        return start, [_Channel(item) for item in batch]
+            item.started_ns, item.instance = start, index
+        return start, [_Channel(item, self) for item in batch]
 
     def settle(
         self, batch: list[WorkItem], results: Sequence[InferenceResponse | TritonError | None], start: int
@@ -268,6 +297,7 @@ class ModelRunner:
         if self._inline:
             self._execute_ema_ns += int(_EMA_WEIGHT * (end - start - self._execute_ema_ns))
         self.stats.record_execution(sum(item.rows for item in batch), 0, end - start, 0)
+        self._log_model_errors(batch, results)
         for item, result in zip(batch, results, strict=True):
             if self._pads and isinstance(item, NullItem):
                 continue
@@ -285,7 +315,7 @@ class ModelRunner:
         """Run a request batch on instance `index` on this thread (its busy lock is the caller's)."""
         instance = self._instances[index]
         assert isinstance(instance, RequestModel)
-        self._run_request_batch(instance, batch)
+        self._run_request_batch(instance, index, batch)
 
     def _succeed(
         self,
@@ -307,6 +337,9 @@ class ModelRunner:
             item.complete(response)
 
     def fail(self, batch: list[WorkItem], error: TritonError) -> None:
+        """Answer every request of the batch with `error` (a model's own error is logged here)."""
+        if isinstance(error, ModelError):
+            self._log_model_errors(batch, [error] * len(batch))
         end = time.monotonic_ns()
         # Triton counts an execution that failed in the backend as an execution too
         started = batch[0].started_ns
@@ -316,6 +349,52 @@ class ModelRunner:
                 continue
             self.stats.record_failure(end - item.enqueued_ns, "BACKEND")
             item.complete(error)
+
+    # the log -----------------------------------------------------------------------------------------
+    def _where(self, batch: Sequence[WorkItem]) -> tuple[str, str, str, str]:
+        """Model, version, instance and the request ids of `batch`, as the log names them."""
+        index = batch[0].instance if batch else -1
+        names = self._instance_names
+        instance = names[index] if 0 <= index < len(names) else "?"
+        real = [item for item in batch if not (self._pads and isinstance(item, NullItem))]
+        ids = ", ".join(repr(item.request.id) for item in real) or "(no ids)"
+        return self.name, self.version, instance, ids
+
+    def bug(self, batch: list[WorkItem], exc: BaseException) -> TritonError:
+        """Log tcli's own exception, which failed `batch`, once with its traceback; the requests'
+        answer."""
+        _LOG.error(
+            "tcli bug running a batch of model '%s' version %s instance '%s', request(s) %s",
+            *self._where(batch),
+            exc_info=exc,
+        )
+        return tcli_bug(exc)
+
+    def model_error(self, item: WorkItem, error: ModelError) -> None:
+        """Log a model's own failure that reached one request through its response sender."""
+        self._log_model_errors([item], [error])
+
+    def _log_model_errors(
+        self, batch: Sequence[WorkItem], results: Sequence[InferenceResponse | TritonError | None]
+    ) -> None:
+        """Each failure of the model's own code among `results`, once, with the requests it failed."""
+        # one exception failing several requests: one error object, or equal copies from a process
+        failed: dict[tuple[str, str], tuple[ModelError, list[WorkItem]]] = {}
+        for item, result in zip(batch, results, strict=True):
+            if isinstance(result, ModelError) and not result.logged:
+                failed.setdefault((result.message, result.trace), (result, []))[1].append(item)
+        for error, items in failed.values():
+            error.logged = True
+            model, version, instance, ids = self._where(items)
+            _LOG.error(
+                "model '%s' version %s instance '%s' failed request(s) %s: %s%s",
+                model,
+                version,
+                instance,
+                ids,
+                error.message.partition("\n")[0],  # the traceback that follows has the rest
+                f"\n{error.trace}" if error.trace else "",
+            )
 
     # tensors ---------------------------------------------------------------------------------------
     def _reshape_inputs(
@@ -354,14 +433,17 @@ class ModelRunner:
 class _Channel:
     """One request's end of its python model's response sender (any thread may send)."""
 
-    __slots__ = ("_item", "_response")
+    __slots__ = ("_item", "_response", "_runner")
 
-    def __init__(self, item: WorkItem) -> None:
+    def __init__(self, item: WorkItem, runner: ModelRunner) -> None:
         self._item = item
+        self._runner = runner
         self._response: InferenceResponse | TritonError | None = None
 
     def send(self, result: InferenceResponse | TritonError | None, final: bool) -> None:
         item = self._item
+        if isinstance(result, ModelError):  # e.g. a decoupled model's coroutine failed
+            self._runner.model_error(item, result)
         stream = item.stream
         if stream is not None:
             stream.deliver(result, final)

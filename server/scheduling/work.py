@@ -64,11 +64,22 @@ class WorkItem:
     priority_level: int = 0  # 0 = the model's default level
     deadline_ns: int = 0  # 0 = no queue timeout
     started_ns: int = 0  # set when a worker takes it
+    instance: int = -1  # the index of the instance that runs it, set with started_ns
     stream: ResponseStream | None = None  # streamed requests: where the responses go as they are sent
 
 
 class Scheduler(ABC):
-    """Queues requests; instance worker threads call `next_batch` to take work."""
+    """Queues requests; instance worker threads call `next_batch` to take work. What the runner
+    (runner.py) may use of a scheduler is declared here, with the defaults a scheduler gets by not
+    overriding it: `pads_batches` and `prepare`."""
+
+    # whether the batches it hands out may hold padding (sequence.NullItem) that is no request: the
+    # runner drops their results and leaves them out of the statistics
+    pads_batches: bool = False
+
+    def prepare(self, instance_count: int) -> None:  # noqa: B027 - most schedulers need nothing
+        """Called once the model's instances are loaded, before any `next_batch`: schedulers that pin
+        work to instances (sequences) size themselves."""
 
     @abstractmethod
     def enqueue(self, item: WorkItem) -> None:

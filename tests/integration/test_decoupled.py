@@ -13,6 +13,7 @@ import asyncio
 import http.client
 import json
 import queue
+import re
 import shutil
 import threading
 import time
@@ -448,12 +449,15 @@ def test_model_that_raises_fails_its_open_requests(client: grpcclient.InferenceS
     finally:
         stream.close()
     errors = sorted(error.message() for _, error in answers if error is not None)
-    assert errors == [
-        "Failed to process the request(s) for model 'decoupled_list', message: Python model "
-        "'decoupled_list' is using the decoupled mode and the execute function must return None.",
-        "Failed to process the request(s) for model 'stream_words', message: TritonModelException: "
+    # as Triton words them: the instance's name, and where in the model the exception was raised
+    raised, at = errors[1].split("\n\nAt:\n")
+    assert [errors[0], raised] == [
+        "Failed to process the request(s) for model 'decoupled_list_0', message: Python model "
+        "'decoupled_list_0' is using the decoupled mode and the execute function must return None.",
+        "Failed to process the request(s) for model 'stream_words_0', message: TritonModelException: "
         "raised in execute",
     ]
+    assert re.fullmatch(r"  \S+/stream_words/1/model\.py\(\d+\): execute\n", at), at
     words = [r.as_numpy("text_output").tolist() for r, e in answers if e is None]
     assert words == [[b"a"]]
     statistics = client.get_inference_statistics("decoupled_list").model_stats[0].inference_stats

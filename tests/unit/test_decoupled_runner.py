@@ -80,7 +80,7 @@ def make_runner(tmp_path: Path, name: str, model: str, decoupled: bool) -> tuple
     (model_dir / "1" / "model.py").write_text(model)
     policy = "model_transaction_policy { decoupled: true }" if decoupled else ""
     config = text_format.Parse(CONFIG.format(name=name, policy=policy), mc.ModelConfig())
-    config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=1)
+    config.instance_group.add(name=name, kind=mc.ModelInstanceGroup.KIND_CPU, count=1)  # named as completed
     stats = ModelStats(name, "1")
     runner = ModelRunner(ModelContext(config, model_dir, 1, tmp_path), stats)
     runner.load()
@@ -160,9 +160,16 @@ def test_error_response_in_the_middle(decoupled: tuple[ModelRunner, ModelStats])
 def test_raising_execute_fails_the_open_request(decoupled: tuple[ModelRunner, ModelStats]) -> None:
     runner, stats = decoupled
     events = run(runner, [1, 2]).values()
+    line = DECOUPLED.splitlines().index('                raise ValueError("broken")') + 1
+    model_file = runner.context.version_dir / "model.py"
     assert events == [
         (0, False),
-        ("INTERNAL", "Failed to process the request(s) for model 'dec', message: ValueError: broken", True),
+        (
+            "INTERNAL",
+            "Failed to process the request(s) for model 'dec_0', message: ValueError: broken\n\n"
+            f"At:\n  {model_file}({line}): execute\n",
+            True,
+        ),
         "complete",
     ]
     counts = stats.as_dict()["inference_stats"]

@@ -292,9 +292,12 @@ def test_error_response_keeps_its_code(pair: ModelRunner) -> None:
 def test_raised_error_fails_the_request_and_the_instance_keeps_serving(pair: ModelRunner) -> None:
     result = submit(pair, request([1], mode="raise")).wait()
     assert isinstance(result, TritonError) and result.code == ErrorCode.INTERNAL
-    assert result.message == (
-        "Failed to process the request(s) for model 'pp', message: ValueError: broken on purpose"
+    raised, at = result.message.split("\n\nAt:\n")  # the model's frames, as Triton adds them
+    assert (
+        raised == "Failed to process the request(s) for model 'pp_0', message: ValueError: broken on purpose"
     )
+    line = MODEL.splitlines().index('                raise ValueError("broken on purpose")') + 1
+    assert at.endswith(f"/pp/1/model.py({line}): execute\n"), at
     for _ in range(4):
         assert outputs(infer(pair, request([3])))["OUT"].tolist() == [6]
 

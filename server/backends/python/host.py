@@ -16,16 +16,18 @@ instance takes its next requests, as Triton's python backend runs it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures as concurrent_futures
 import contextlib
 import inspect
 import json
 import threading
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from server.backends.base import InstanceSpec, ModelContext, RequestModel
+from server.backends.base import InstanceSpec, ModelContext, ModelError, RequestModel, ResponseChannel
 from server.backends.python import model_import
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.pb_utils import host_api as pb_host
@@ -42,16 +44,6 @@ _RESERVED_PARAMETERS = frozenset(
 )
 _KIND_NAMES = {"KIND_CPU": "CPU", "KIND_GPU": "GPU", "KIND_MODEL": "MODEL"}
 _FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-
-
-class ResponseChannel(Protocol):
-    """The server's end of one request's response sender: `send(result, final)` delivers a converted
-    response, an error, or None (a flags-only final); `is_cancelled()` tells whether the client went
-    away. Called from whichever thread the model sends on."""
-
-    def send(self, result: InferenceResponse | TritonError | None, final: bool, /) -> None: ...
-
-    def is_cancelled(self) -> bool: ...
 
 
 class _Transport:
@@ -98,6 +90,30 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
+# frames of tcli's own on the way to a model's code, which a model's error does not show
+_OWN_FRAMES = (
+    str(Path(__file__).parent),
+    str(Path(asyncio.__file__).parent),
+    str(Path(concurrent_futures.__file__).parent),
+)
+
+
+def _raised(exc: BaseException) -> str:
+    """An exception out of a model's execute(), as Triton's python backend words it: `Type: text`,
+    then the model's frames, innermost first, after `At:`."""
+    text = f"{type(exc).__name__}: {exc}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    first = next(
+        (i for i, frame in enumerate(frames) if not frame.filename.startswith(_OWN_FRAMES)), len(frames)
+    )
+    model_frames = frames[first:]
+    if model_frames:
+        text += "\n\nAt:\n" + "".join(
+            f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(model_frames)
+        )
+    return text
+
+
 @dataclass(frozen=True)
 class HostSpec:
     """What hosting one instance takes, as plain data: it is pickled to an instance's own process
@@ -137,6 +153,8 @@ class PythonModel(RequestModel):
             spec = HostSpec.of(context, instance)
         self.name = spec.name
         self.version = spec.version
+        # Triton names the instance, not the model, in an execution's errors
+        self.instance = spec.initialize_args.get("model_instance_name", spec.name)
         self._scope = pb_scope.ModelScope(self.name, self.version, spec.version_dir)
         self._config_json = spec.config_json
         self._outputs = [o["name"] for o in spec.config_json.get("output", [])]
@@ -170,6 +188,9 @@ class PythonModel(RequestModel):
             raise TritonError(
                 ErrorCode.INTERNAL, f"model '{self.name}' initialize() failed: {_first_line(exc)}"
             ) from None
+
+    def serves_scope(self, scope: object) -> bool:
+        return scope is self._scope
 
     @property
     def inline_ok(self) -> bool:
@@ -216,10 +237,10 @@ class PythonModel(RequestModel):
                         return [None] * len(requests)
                     results = self._run_coroutine(results)
         except Exception as exc:  # the model's error fails these requests only
-            return self._fail_open(senders, self._failure(_first_line(exc)))
+            return self._fail_open(senders, self._failure(_raised(exc), exc))
         if self.decoupled:
             if results is not None:
-                message = f"Python model '{self.name}' is using the decoupled mode and the execute function must return None."
+                message = f"Python model '{self.instance}' is using the decoupled mode and the execute function must return None."
                 return self._fail_open(senders, self._failure(message))
             return [None] * len(requests)
         if results is None and channels is not None:
@@ -234,10 +255,12 @@ class PythonModel(RequestModel):
             return [error] * len(requests)
         return [self._from_pb(request, result) for request, result in zip(requests, results, strict=True)]
 
-    def _failure(self, message: str) -> TritonError:
-        return TritonError(
-            ErrorCode.INTERNAL,
-            f"Failed to process the request(s) for model '{self.name}', message: {message}",
+    def _failure(self, message: str, exc: BaseException | None = None) -> ModelError:
+        """The model's own failure, as Triton's python backend words it; with its traceback for the
+        server's log (the runner writes it)."""
+        trace = "" if exc is None else "".join(traceback.format_exception(exc)).rstrip()
+        return ModelError(
+            f"Failed to process the request(s) for model '{self.instance}', message: {message}", trace
         )
 
     @staticmethod
@@ -286,7 +309,7 @@ class PythonModel(RequestModel):
                 if result is not None:
                     raise TypeError("the execute function must return None in the decoupled mode")
             except Exception as exc:
-                error = self._failure(_first_line(exc))
+                error = self._failure(_raised(exc), exc)
                 for sender, channel in zip(senders, channels, strict=True):
                     if not sender.closed:
                         sender.close()

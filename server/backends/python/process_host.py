@@ -40,9 +40,9 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from server.backends.base import InstanceSpec, ModelContext, RequestModel
+from server.backends.base import InstanceSpec, LoopRequestModel, ModelContext, ModelError, ResponseChannel
 from server.backends.python import triton_python_backend_utils as pb_utils
-from server.backends.python.host import HostSpec, ResponseChannel, answered
+from server.backends.python.host import HostSpec, answered
 from server.backends.python.pb_utils import scope as pb_scope
 from server.backends.python.shm import InputArena, RingReader, fits_inline
 from server.protocol.errors import ErrorCode, TritonError
@@ -63,10 +63,10 @@ Result = InferenceResponse | TritonError | None
 Done = Callable[[list[Result]], None]
 
 
-class ProcessModel(RequestModel):
+class ProcessModel(LoopRequestModel):
     """One instance of a python model, hosted by a process of its own."""
 
-    inline_ok = False  # execute() waits on another process: never on the server's event loop
+    # inline_ok stays False: execute() waits on another process, never on the server's event loop
 
     def __init__(self, context: ModelContext, instance: InstanceSpec) -> None:
         self._spec = HostSpec.of(context, instance)
@@ -84,6 +84,9 @@ class ProcessModel(RequestModel):
         except BaseException:
             self._inputs.close()
             raise
+
+    def serves_scope(self, scope: object) -> bool:
+        return scope is self._scope
 
     @property
     def pid(self) -> int | None:
@@ -471,6 +474,8 @@ class _Process:
                 results.append(None)
             elif item[0] == "e":
                 results.append(TritonError(ErrorCode[item[1]], item[2]))
+            elif item[0] == "m":  # the model's own failure, with its traceback
+                results.append(ModelError(item[2], item[3], ErrorCode[item[1]]))
             else:
                 (request_id, parameters), count = item[1], len(item[2])
                 outputs, tensors = tensors[:count], tensors[count:]

@@ -29,20 +29,23 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+from server.backends.base import ModelError, tcli_bug
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.host import HostSpec, PythonModel
 from server.backends.python.pb_utils import requests as pb_requests
 from server.backends.python.pb_utils import scope as pb_scope
 from server.backends.python.shm import ArenaView, RingWriter
-from server.protocol.errors import ErrorCode, TritonError
+from server.protocol.errors import TritonError
 from server.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
-# what goes back for one request: None (it answers through its sender), an error, or a response
-ResultMeta = tuple[str, Any, Any] | None
+# what goes back for one request: None (it answers through its sender), an error (the model's own
+# with its traceback), or a response
+ResultMeta = tuple[Any, ...] | None
+_LOG = logging.getLogger("tcli.python_process")
 
 
 def main(
@@ -181,7 +184,8 @@ class _Worker:
             channels = [_Channel(self, batch_id, i) for i in range(len(requests))] if senders else None
             results = model.execute_channels(requests, channels)
         except Exception as exc:  # a bug of ours: the batch fails, the instance goes on
-            error = TritonError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+            self._log_bug("running", [meta[0] for meta in metas])
+            error = tcli_bug(exc)
             results = [error] * len(metas)
         self.send_results("done", (batch_id,), results)
 
@@ -199,14 +203,30 @@ class _Worker:
                         count = len(result.outputs)
                         encoded.append(("r", (result.id, result.parameters), metas[:count]))
                         metas = metas[count:]
+                    elif isinstance(result, ModelError):
+                        encoded.append(("m", result.code.name, result.message, result.trace))
                     elif isinstance(result, TritonError):
                         encoded.append(("e", result.code.name, result.message))
                     else:
                         encoded.append(None)
             except Exception as exc:  # e.g. an output numpy cannot copy: these requests fail
-                error = ("e", "INTERNAL", f"{type(exc).__name__}: {exc}")
+                ids = [r.id for r in results if isinstance(r, InferenceResponse)]
+                self._log_bug("sending the results of", ids)
+                error = ("e", "INTERNAL", tcli_bug(exc).message)
                 encoded, end = [None if r is None else error for r in results], None
             self._send_locked(pickle.dumps((kind, *header, encoded, end), _PROTOCOL))
+
+    def _log_bug(self, doing: str, request_ids: list[str]) -> None:
+        """The traceback of the exception being handled, to the server's log (through the pipe)."""
+        spec = self._spec
+        _LOG.exception(
+            "tcli bug %s a batch of python model '%s' version %s instance '%s', request(s) %s",
+            doing,
+            spec.name,
+            spec.version,
+            spec.initialize_args.get("model_instance_name", ""),
+            ", ".join(repr(i) for i in request_ids) or "(no ids)",
+        )
 
     # BLS ---------------------------------------------------------------------------------------------
     def _bls(
