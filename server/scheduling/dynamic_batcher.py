@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING
 
 from server.protocol.errors import ErrorCode, TritonError, unavailable
 from server.scheduling.batch import batch_key
+from server.scheduling.delay_knobs import delay_count
 from server.scheduling.work import Scheduler, WorkItem
 
 if TYPE_CHECKING:
@@ -203,6 +204,7 @@ class DynamicBatcher(Scheduler):
         self._expiry_thread: threading.Thread | None = None
         self._expiry_target = 0  # the deadline the expiry thread sleeps until (0: none)
         self._order = _ResponseOrder() if self.preserve_ordering else None
+        self._hold = delay_count()  # Triton's test knob: no batch until this many are queued
 
     # Scheduler -------------------------------------------------------------------------------------
     def enqueue(self, item: WorkItem) -> None:
@@ -232,7 +234,9 @@ class DynamicBatcher(Scheduler):
             self._rows += item.rows or 1
             if timeout_us:
                 self._add_deadline(item, time.monotonic_ns() + timeout_us * 1000)
-            if self._rows >= self._wake_rows or key != self._wake_key:
+            if self._hold and self._size >= self._hold:
+                self._work.notify_all()  # the held first batch may form now
+            elif self._rows >= self._wake_rows or key != self._wake_key:
                 # one wake-up per change: the woken worker re-evaluates and sets the next threshold
                 self._wake_rows = _NEVER
                 self._wake_key = key
@@ -271,6 +275,11 @@ class DynamicBatcher(Scheduler):
                 self._wake_rows = 1
                 self._work.wait()
                 continue
+            if self._hold:
+                if self._size < self._hold and not self._closed:
+                    self._work.wait()
+                    continue
+                self._hold = 0
             count, wait_ns = self._plan(now)
             if count:
                 return self._take(count, now), []

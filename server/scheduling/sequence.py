@@ -55,6 +55,7 @@ import numpy as np
 from server.protocol.errors import invalid_arg, unavailable
 from server.protocol.types import InferenceRequest, InferenceResponse, Tensor
 from server.scheduling.batch import batch_key
+from server.scheduling.delay_knobs import backlog_delay_count, delay_count
 from server.scheduling.sequence_controls import Array, CorrelationId, add_controls, flag_controls
 from server.scheduling.sequence_slots import RELEASE, Backlog, Entry, Instance, SlotRef, heap_pop, heap_push
 from server.scheduling.sequence_state import StateSpec, attach_state, state_specs
@@ -73,6 +74,7 @@ DEFAULT_IDLE_US = 1_000_000
 _BACKLOG_RECHECK_NS = 50_000_000  # Triton's reaper looks at idle backlogged sequences every 50 ms
 _STRATEGY_DIRECT = "direct"
 _STRATEGY_OLDEST = "oldest"
+_HOLD_POLL_S = 0.01  # how often a batch held by the delay knobs looks at the queues again
 
 
 class NullItem(WorkItem):
@@ -130,6 +132,9 @@ class SequenceScheduler(Scheduler):
         self._backlogs: deque[Backlog] = deque()
         self._seen: OrderedDict[CorrelationId, int] = OrderedDict()  # last request time, oldest first
         self._queued = 0  # requests in slot queues and the backlog (not yet in a batch / batcher)
+        # Triton's test knobs (direct strategy): no batch until this many requests are queued in the
+        # slots, and this many in the backlog
+        self._hold = (delay_count(), backlog_delay_count()) if self.strategy == _STRATEGY_DIRECT else (0, 0)
         self._closed = False
         self._reaper: threading.Thread | None = None
         self._reaper_wake = threading.Condition(self._lock)
@@ -318,8 +323,23 @@ class SequenceScheduler(Scheduler):
         attach_state(self._states, self._state_outputs, self._declared_outputs, instance.states, slot, item)
 
     # direct ----------------------------------------------------------------------------------------
+    def _held(self) -> bool:
+        """Whether Triton's delay knobs still hold every batch back (cleared for good once met)."""
+        queued, backlogged = self._hold
+        if not (queued or backlogged) or self._closed:
+            return False
+        in_slots = sum(len(queue) for instance in self._instances for queue in instance.queues)
+        in_backlog = sum(len(backlog.entries) for backlog in self._backlogs)
+        if in_slots < queued or in_backlog < backlogged:
+            return True
+        self._hold = (0, 0)
+        return False
+
     def _next_direct(self, index: int, instance: Instance) -> list[WorkItem] | None:
         while True:
+            if self._held():
+                instance.ready.wait(_HOLD_POLL_S)  # as Triton, look again every 10 ms
+                continue
             ready = 0
             top = -1
             earliest = 0

@@ -499,3 +499,36 @@ def test_a_busy_worker_gets_the_next_batch_when_it_returns() -> None:
     assert tags(busy) == ["first"]
     enqueue(b, *items(5))
     assert tags(b.next_batch()) == ["0", "1", "2", "3", "4"]
+
+
+# Triton's test knob ------------------------------------------------------------------------------
+def test_delay_scheduler_holds_the_first_batch_until_n_are_queued(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TRITONSERVER_DELAY_SCHEDULER=3 (Triton's L0_batcher knob): the first batch waits for three
+    requests, even with no queue delay; from then on batches form as usual."""
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "3")
+    b = batcher(8)
+    worker = Worker(b)
+    worker.start()
+    first, second, third, later = items(4)
+    for item in (first, second):
+        enqueue(b, item)
+        # nothing may happen here: a bounded look, the only way to see that the batch is held
+        assert not first.done.wait(0.2)
+    enqueue(b, third)
+    assert third.done.wait(WAIT)
+    enqueue(b, later)  # the knob is spent: a lone request goes at once
+    assert later.done.wait(WAIT)
+    stop(b, worker)
+    assert [tags(batch) for batch in worker.batches] == [["0", "1", "2"], ["3"]]
+
+
+@pytest.mark.parametrize("value", ["", "0", "x", "-2"])
+def test_delay_scheduler_off_values_hold_nothing(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", value)
+    b = batcher(8)
+    worker = Worker(b)
+    worker.start()
+    item = Item("x")
+    enqueue(b, item)
+    assert item.done.wait(WAIT)
+    stop(b, worker)

@@ -731,3 +731,31 @@ def test_concurrent_sequences_keep_their_order_on_every_strategy(strategy: str) 
     assert s.sequences() == {} and s.free_slots() == 6 and s.pending() == 0
     for worker in workers:
         worker.stop()
+
+
+# Triton's test knobs -----------------------------------------------------------------------------
+def test_delay_scheduler_holds_direct_batches_until_n_are_queued(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TRITONSERVER_DELAY_SCHEDULER=4 (L0_sequence_batcher): nothing runs until four requests are
+    queued, so two sequences' requests are seen batched together from the first batch on."""
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "4")
+    s = scheduler(max_batch_size=2)
+    worker = Instance(s)
+    calls = send(s, Call(1, 10, start=True), Call(2, 20, start=True), Call(1, 11, end=True))
+    assert not calls[0].done.wait(0.2)  # held: a bounded look, the only way to see nothing happens
+    calls += send(s, Call(2, 21, end=True))
+    assert [c.output() for c in calls] == [[10], [20], [11], [21]]
+    assert [[r[:2] for r in b] for b in worker.batches] == [[(1, 10), (2, 20)], [(1, 11), (2, 21)]]
+    worker.stop()
+
+
+def test_backlog_delay_scheduler_waits_for_a_backlog(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TRITONSERVER_BACKLOG_DELAY_SCHEDULER=1: the one slot's sequence waits until a second sequence
+    is backlogged behind it."""
+    monkeypatch.setenv("TRITONSERVER_BACKLOG_DELAY_SCHEDULER", "1")
+    s = scheduler(max_batch_size=1)
+    worker = Instance(s)
+    (first,) = send(s, Call(1, 10, start=True, end=True))
+    assert not first.done.wait(0.2)  # held: a bounded look, the only way to see nothing happens
+    (second,) = send(s, Call(2, 20, start=True, end=True))
+    assert first.output() == [10] and second.output() == [20]
+    worker.stop()
