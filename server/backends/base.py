@@ -18,6 +18,7 @@ with another signature.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -26,7 +27,7 @@ from server.protocol.errors import ErrorCode, TritonError
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     import numpy as np
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -66,6 +67,9 @@ class ModelContext:
     model_dir: Path
     version: int
     repository: Path
+    # called with the reason when an instance gives up for good (a python instance process that
+    # keeps dying): the repository marks the version UNAVAILABLE with it
+    instance_failed: Callable[[str], None] | None = None
 
     @property
     def version_dir(self) -> Path:
@@ -87,6 +91,18 @@ class ModelError(TritonError):
         super().__init__(code, message)
         self.trace = trace
         self.logged = False  # set by whoever logs it (it may reach several requests one by one)
+
+
+class NotStarted(TritonError):
+    """The answer for a batch an instance was handed but never started, because the instance went
+    away first (its process died running the batch ahead). The scheduler hands such a batch to an
+    instance again instead of failing it; a client sees this only if nothing can run it."""
+
+    def __init__(self, model: str, instance: str) -> None:
+        super().__init__(
+            ErrorCode.UNAVAILABLE,
+            f"model '{model}' instance '{instance}' went away before it started the request; send it again",
+        )
 
 
 def tcli_bug(exc: BaseException) -> TritonError:

@@ -15,6 +15,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -439,7 +440,10 @@ class ModelManager:
 
         if config.platform == backends.ENSEMBLE:
             return self._load_ensemble(config, version)
-        context = ModelContext(config, folder.path, version, folder.repository)
+        entry = VersionEntry(version, ModelState.LOADING)
+        context = ModelContext(
+            config, folder.path, version, folder.repository, partial(_instance_failed, entry)
+        )
         runner = ModelRunner(context, self.stats.get(config.name, version))
         try:
             runner.load()
@@ -450,11 +454,18 @@ class ModelManager:
                 version, ModelState.UNAVAILABLE, internal(f"{type(exc).__name__}: {exc}").status_string()
             )
         log.info("successfully loaded '%s' version %d", config.name, version)
-        return VersionEntry(version, ModelState.READY, runner=runner)
+        entry.state, entry.runner = ModelState.READY, runner
+        return entry
 
 
 _UNLOADED = "unloaded"  # the reason of an unloaded version, as Triton words it
 _NO_VERSION = 0  # the stand-in entry carrying the reason of a model with no version to serve
+
+
+def _instance_failed(entry: VersionEntry, reason: str) -> None:
+    """An instance of this version gave up for good: the version is UNAVAILABLE with the reason (its
+    other instances may still answer requests already routed to it)."""
+    entry.state, entry.reason = ModelState.UNAVAILABLE, reason
 
 
 def _keep_unloaded_versions(old: ServedModel, new: ServedModel) -> None:

@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from server.backends.base import NotStarted
 from server.protocol.errors import TritonError, unavailable
 from server.scheduling.work import WorkItem
 
@@ -171,6 +172,11 @@ class LoopDispatcher:
         out = self._out[index]
         ahead = out[0] is sent
         out.remove(sent)
+        if results and all(isinstance(result, NotStarted) for result in results):
+            # its instance went away before starting it: the batch waits for an instance again
+            self.waiting.appendleft(sent.batch)
+            self._release(index)
+            return
         if ahead and out:  # the instance goes on to the batch sent behind this one
             following, now = out[0], time.monotonic_ns()
             following.start = now

@@ -251,3 +251,27 @@ def test_large_inputs_wait_for_a_free_instance(loop: Loop, sleepers: ModelRunner
     assert seen == [2]  # two running, two waiting on the loop (none sent behind)
     for i, (result, _) in enumerate(answers):
         assert np.array_equal(outputs(result)["OUT"], (data + i) * 2)
+
+
+def test_a_batch_sent_behind_a_crashing_one_runs_on_the_restarted_instance(
+    loop: Loop, tmp_path: Path
+) -> None:
+    """One instance: the request sent behind the one that kills the process had not started, so it
+    is not failed with it: it runs once the instance is back."""
+    runner = make_runner(tmp_path, "pp", MODEL, count=1, parameter="true")
+    dispatcher = runner._dispatcher
+    assert dispatcher is not None
+    try:
+        ((first, _),) = loop.infer(runner, [request([1])])  # the loop takes the instance over
+        waiting: list[int] = []
+        (crashed, _), (behind, _) = loop.infer(
+            runner,
+            [request([1], mode="exit"), request([5])],
+            then=lambda: waiting.append(len(dispatcher.waiting)),
+        )
+        assert waiting == [0]  # the second was sent to the instance behind the first
+        assert isinstance(crashed, TritonError) and "its process exited unexpectedly" in crashed.message
+        assert values(behind) == [10]
+        assert int(outputs(behind)["PID"][0]) != int(outputs(first)["PID"][0])
+    finally:
+        runner.stop(10)

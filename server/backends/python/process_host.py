@@ -27,6 +27,7 @@ naming the model and instance, and the next batch starts a new process (initiali
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
@@ -35,12 +36,20 @@ import pickle
 import queue
 import sys
 import threading
+import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from server.backends.base import InstanceSpec, LoopRequestModel, ModelContext, ModelError, ResponseChannel
+from server.backends.base import (
+    InstanceSpec,
+    LoopRequestModel,
+    ModelContext,
+    ModelError,
+    NotStarted,
+    ResponseChannel,
+)
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.host import HostSpec, answered
 from server.backends.python.pb_utils import scope as pb_scope
@@ -56,6 +65,9 @@ if TYPE_CHECKING:
 
 _LOG = logging.getLogger("tcli.python_process")
 _STOP_SECONDS = 30.0
+# an instance whose process dies this often within the window is not started again: its version
+# becomes UNAVAILABLE with the reason, instead of restarting forever
+CRASH_LIMIT, CRASH_WINDOW_S = 5, 60.0
 # the plain (C) pickler: Connection.send's ForkingPickler is several times slower on small messages
 _PROTOCOL = pickle.HIGHEST_PROTOCOL  # finalize() gets this long before the process is terminated
 
@@ -78,6 +90,9 @@ class ProcessModel(LoopRequestModel):
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self._spec.config_json)
         self._inputs = InputArena()  # one batch at a time per instance: one arena for every process
         self._batch_ids = itertools.count(1)
+        self._deaths: collections.deque[float] = collections.deque(maxlen=CRASH_LIMIT)
+        self._gave_up: TritonError | None = None  # set once the process died too often
+        self._instance_failed = context.instance_failed
         self._process: _Process | None = None
         try:
             self._process = _Process(self)
@@ -137,6 +152,8 @@ class ProcessModel(LoopRequestModel):
         """As PythonModel.execute_channels, in the instance process (started again if it died)."""
         process = self._process
         if process is None or process.dead:
+            if self._gave_up is not None:
+                return [self._gave_up] * len(requests)
             if process is not None:
                 process.close()
             try:
@@ -145,6 +162,23 @@ class ProcessModel(LoopRequestModel):
                 self._process = None
                 return [error] * len(requests)
         return process.run(next(self._batch_ids), requests, channels, self._inputs)
+
+    def died(self, exit_code: int | None) -> None:
+        """Its process died unexpectedly (called once per death, by the process's reader): after
+        CRASH_LIMIT deaths within CRASH_WINDOW_S the instance is not started again."""
+        now = time.monotonic()
+        self._deaths.append(now)
+        if len(self._deaths) < CRASH_LIMIT or now - self._deaths[0] > CRASH_WINDOW_S:
+            return
+        reason = (
+            f"python model '{self.name}' instance '{self.instance}': its process died {CRASH_LIMIT} times "
+            f"within {CRASH_WINDOW_S:.0f} s (last exit code {exit_code}); it is not restarted: fix the "
+            "model and load it again"
+        )
+        self._gave_up = TritonError(ErrorCode.UNAVAILABLE, reason)
+        _LOG.error("%s", reason)
+        if self._instance_failed is not None:
+            self._instance_failed(reason)
 
     def unload(self) -> None:
         process, self._process = self._process, None
@@ -269,8 +303,8 @@ class _Process:
                 self._batches[batch_id] = _Batch(len(requests), channels is not None, done)
                 for index, channel in enumerate(channels or ()):
                     self._channels[batch_id, index] = channel
-        if dead:
-            done([self._died()] * len(requests))
+        if dead:  # it died before this batch reached it: another try may run it
+            done([NotStarted(self.owner.name, self.owner.instance)] * len(requests))
             return
         with contextlib.suppress(OSError), self._send_lock:  # it just died: _ended() answers for it
             self._conn.send_bytes(message)
@@ -516,11 +550,18 @@ class _Process:
                 return
             if not self._stopping:
                 _LOG.warning("%s", error.message)
-            for batch_id, batch in batches.items():
+                self.owner.died(self._process.exitcode)
+            for position, (batch_id, batch) in enumerate(batches.items()):
                 results: list[Result] = []
+                # the process runs its batches in order: the first was running, the ones behind it
+                # never started and may run elsewhere (unless the instance is being unloaded)
+                not_started = position > 0 and not self._stopping
                 for index in range(batch.size):
                     still_open = channels.pop((batch_id, index), None) is not None
-                    results.append(error if still_open or not batch.senders else None)
+                    if not_started:
+                        results.append(NotStarted(self.owner.name, self.owner.instance))
+                    else:
+                        results.append(error if still_open or not batch.senders else None)
                 batch.done(results)
             for channel in channels.values():  # responses still streaming from an earlier batch
                 channel.send(error, True)
