@@ -168,7 +168,9 @@ class PythonModel(RequestModel):
         model_file = Path(spec.model_file)
         self._source = read_source(model_file)
         try:
-            self._module = model_import.import_model_file(model_file, self.name)
+            self._module = model_import.import_model_file(
+                model_file, self.name, own_process=isinstance(context, HostSpec)
+            )
         except Exception as exc:  # the model file's own error, reported on its version
             raise TritonError(ErrorCode.INTERNAL, f"model.py for '{self.name}': {_first_line(exc)}") from None
         model_class = getattr(self._module, "TritonPythonModel", None)

@@ -33,9 +33,14 @@ def ensure_pb_utils() -> ModuleType:
     return pb_utils
 
 
-def import_model_file(model_file: Path, model_name: str) -> ModuleType:
+def import_model_file(model_file: Path, model_name: str, *, own_process: bool = False) -> ModuleType:
     """Execute `model_file` as a fresh module and return it. Exceptions from the model's code (SyntaxError,
-    ImportError, anything it raises at import) propagate unchanged; nothing stays registered on failure."""
+    ImportError, anything it raises at import) propagate unchanged; nothing stays registered on failure.
+
+    In an instance's own process (`own_process`) the module is also registered under its file's stem
+    (`model`), as Triton's stub imports it: models that import themselves by that name (e.g.
+    `unittest.main("model")`) find it. In the server's process many models share sys.modules, so
+    none gets that name there."""
     ensure_pb_utils()
     model_file = model_file.resolve()
     version_dir = model_file.parent
@@ -57,16 +62,22 @@ def import_model_file(model_file: Path, model_name: str) -> ModuleType:
         sys.path.extend(added)  # appended, as Triton does: installed packages win over same-named files
         sys.modules[package] = package_module
         sys.modules[module_name] = module
+        if own_process:
+            sys.modules[model_file.stem] = module
         try:
             spec.loader.exec_module(module)
         except BaseException:
             forget_module(module)
+            if own_process:
+                sys.modules.pop(model_file.stem, None)
             raise
         finally:
             for path in added:
                 if path in sys.path:
                     sys.path.remove(path)
             _forget_local_modules(before, model_dir)
+        if own_process:
+            sys.modules[model_file.stem] = module  # kept, unlike the model's other local modules
     return module
 
 
