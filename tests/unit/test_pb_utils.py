@@ -264,6 +264,17 @@ def test_bls_request_fields() -> None:
         bls_request().is_cancelled()
 
 
+def test_bls_request_takes_bytes_where_it_takes_str() -> None:
+    """The python backend's examples pass a TYPE_STRING input's element (bytes) as the model name."""
+    model = np.array([b"add_sub"], dtype=np.object_)[0]
+    request = bls_request(model_name=model, request_id=b"r2", requested_output_names=[b"OUTPUT0"])
+    assert request.request_id() == "r2" and request.requested_output_names() == {"OUTPUT0"}
+    with pytest.raises(pb_utils.TritonModelException, match="BLS request for model 'add_sub'"):
+        request.exec()  # no server here: the error names the model, decoded
+    with pytest.raises(TypeError, match="model_name"):
+        bls_request(model_name=5)
+
+
 def test_bls_without_a_server_raises_a_clear_error() -> None:
     with pytest.raises(pb_utils.TritonModelException, match="BLS request for model 'add_sub'"):
         bls_request().exec()

@@ -8,7 +8,7 @@ import asyncio
 import functools
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from server.backends.python.pb_utils.datatypes import (
     TRITONSERVER_REQUEST_RELEASE_ALL,
@@ -48,11 +48,11 @@ class InferenceRequest:
 
     def __init__(
         self,
-        request_id: str = "",
+        request_id: str | bytes = "",
         correlation_id: int | str = 0,
         inputs: Sequence[Tensor] | None = None,
-        requested_output_names: Sequence[str] | None = None,
-        model_name: str | None = None,
+        requested_output_names: Sequence[str | bytes] | None = None,
+        model_name: str | bytes | None = None,
         model_version: int = -1,
         flags: int = 0,
         timeout: int = 0,
@@ -72,6 +72,11 @@ class InferenceRequest:
         if missing:
             raise TypeError(f"InferenceRequest(): missing required argument(s): {', '.join(missing)}")
         assert inputs is not None and requested_output_names is not None and model_name is not None
+        # Triton's binding takes bytes wherever it takes a str (pybind11's string conversion): a model
+        # often passes a TYPE_STRING input's element, which numpy hands it as bytes
+        request_id, model_name = _text(request_id), _text(model_name)
+        if not isinstance(requested_output_names, (str, bytes)):
+            requested_output_names = [_text(name) for name in requested_output_names]
         if not isinstance(request_id, str) or not isinstance(model_name, str):
             raise TypeError("InferenceRequest(): request_id and model_name must be str")
         if not isinstance(inputs, (list, tuple)) or not all(isinstance(t, Tensor) for t in inputs):
@@ -88,8 +93,8 @@ class InferenceRequest:
         self._request_id = request_id
         self._correlation_id: int | str = correlation_id
         self._inputs = list(inputs)
-        self._requested = list(dict.fromkeys(requested_output_names))
-        self._model_name = model_name
+        self._requested: list[str] = list(dict.fromkeys(requested_output_names))  # type: ignore[arg-type]
+        self._model_name: str = model_name
         self._model_version = model_version
         self._flags = flags
         self._timeout = timeout
@@ -208,3 +213,8 @@ def set_bls_executor(
     global _bls_executor, _bls_async_executor
     _bls_executor = executor
     _bls_async_executor = async_executor
+
+
+def _text(value: Any) -> Any:
+    """bytes as the str Triton's binding would make of them; anything else unchanged."""
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
