@@ -96,6 +96,13 @@ class ServeProcess:
     def output(self) -> str:
         return "".join(self.lines)
 
+    def wait_for_output(self, text: str, timeout: float = 30.0) -> None:
+        """Until the server has printed `text` (its output is read by a thread of its own)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            assert time.monotonic() < deadline, f"the server never printed {text!r}"
+            time.sleep(0.02)  # polling interval, not an assumed duration
+
     def stop(self) -> int:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
