@@ -528,3 +528,45 @@ def test_initialize_failure_fails_the_load_as_in_thread(tmp_path: Path) -> None:
         make_runner(tmp_path, "broken", broken, count=2)
     assert caught.value.message == "model 'broken' initialize() failed: KeyError: 'weights'"
     assert own_segments() <= before
+
+
+BLS_IN_LIFECYCLE = """
+import triton_python_backend_utils as pb_utils
+
+
+def bls():
+    request = pb_utils.InferenceRequest(model_name="other", inputs=[], requested_output_names=[])
+    request.exec()
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        if args["model_name"] == "init_bls":
+            bls()
+
+    def execute(self, requests):
+        return [None for _ in requests]
+
+    def finalize(self):
+        bls()
+"""
+
+
+@pytest.mark.parametrize("count", [1, 2])  # in the server's thread, in processes of their own
+def test_bls_in_initialize_fails_the_load_with_tritons_words(tmp_path: Path, count: int) -> None:
+    with pytest.raises(TritonError) as caught:
+        make_runner(tmp_path, "init_bls", BLS_IN_LIFECYCLE, count=count)
+    assert caught.value.message == (
+        "model 'init_bls' initialize() failed: TritonModelException: "
+        "BLS is only supported during the 'execute' function."
+    )
+
+
+def test_bls_in_finalize_is_refused_and_logged_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    runner = make_runner(tmp_path, "fin_bls", BLS_IN_LIFECYCLE, count=1)
+    with caplog.at_level(logging.ERROR, logger="tcli.python_backend"):
+        runner.stop(10)
+    (record,) = [r for r in caplog.records if r.name == "tcli.python_backend"]
+    assert record.getMessage() == "model 'fin_bls' version 1 instance 'fin_bls_0': finalize() failed"
+    assert record.exc_info is not None
+    assert "BLS is only supported during the 'execute' function." in str(record.exc_info[1])

@@ -20,6 +20,7 @@ import concurrent.futures as concurrent_futures
 import contextlib
 import inspect
 import json
+import logging
 import threading
 import traceback
 from collections.abc import Sequence
@@ -43,6 +44,7 @@ _RESERVED_PARAMETERS = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
 )
 _KIND_NAMES = {"KIND_CPU": "CPU", "KIND_GPU": "GPU", "KIND_MODEL": "MODEL"}
+_LOG = logging.getLogger("tcli.python_backend")
 _FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
@@ -181,10 +183,12 @@ class PythonModel(RequestModel):
                 f"model.py for '{self.name}': AttributeError: module has no attribute 'TritonPythonModel'",
             )
         try:
+            self._scope.phase.serving = False  # no BLS until initialize() has returned
             with pb_scope.model_scope(self._scope):
                 self._model = model_class()
                 if hasattr(self._model, "initialize"):
                     self._model.initialize(dict(spec.initialize_args))
+            self._scope.phase.serving = True
         except Exception as exc:  # initialize() failing makes this version UNAVAILABLE, as in Triton
             model_import.forget_module(self._module)
             raise TritonError(
@@ -333,11 +337,17 @@ class PythonModel(RequestModel):
                 loop.close()
         model = getattr(self, "_model", None)
         if model is not None and hasattr(model, "finalize"):
-            with (
-                contextlib.suppress(Exception),
-                pb_scope.model_scope(self._scope),
-            ):  # unload goes on regardless
-                model.finalize()
+            self._scope.phase.serving = False
+            try:
+                with pb_scope.model_scope(self._scope):
+                    model.finalize()
+            except Exception:  # logged once; the unload goes on regardless
+                _LOG.exception(
+                    "model '%s' version %s instance '%s': finalize() failed",
+                    self.name,
+                    self.version,
+                    self.instance,
+                )
         self._model = None
         model_import.forget_module(self._module)
 

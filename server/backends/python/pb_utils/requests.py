@@ -22,6 +22,7 @@ from server.backends.python.pb_utils.responses import (
     InferenceResponseSender,
     ResponseIterator,
 )
+from server.backends.python.pb_utils.scope import require_serving
 from server.backends.python.pb_utils.tensor import Tensor
 
 
@@ -169,6 +170,7 @@ class InferenceRequest:
         iterator of responses."""
         if not isinstance(decoupled, bool):
             raise TypeError("exec(): decoupled must be a bool")
+        require_serving()
         executor = _bls_executor
         if executor is None:
             raise TritonModelException(
@@ -185,6 +187,7 @@ class InferenceRequest:
     def async_exec(self, decoupled: bool = False) -> asyncio.Future[InferenceResponse | ResponseIterator]:
         """`await request.async_exec()`: like exec() without blocking the model's event loop."""
         loop = asyncio.get_running_loop()  # RuntimeError outside a coroutine, as in Triton
+        require_serving()
         async_executor = _bls_async_executor
         if async_executor is not None:
             return asyncio.ensure_future(

@@ -5,9 +5,17 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from server.backends.python.pb_utils.errors import TritonModelException
+
+
+@dataclass
+class Phase:
+    """Where an instance is in its life: as in Triton, BLS is refused while it initializes or
+    finalizes (`serving` False), whichever thread asks."""
+
+    serving: bool = True
 
 
 @dataclass(frozen=True)
@@ -15,6 +23,14 @@ class ModelScope:
     model_name: str
     model_version: str
     model_dir: str  # the version folder holding model.py, as Triton's get_model_dir() returns it
+    phase: Phase = field(default_factory=Phase, compare=False)
+
+
+def require_serving() -> None:
+    """Raise Triton's error when the running model's instance is initializing or finalizing."""
+    scope = current_model_scope()
+    if scope is not None and not scope.phase.serving:
+        raise TritonModelException("BLS is only supported during the 'execute' function.")
 
 
 _MODEL_SCOPE: contextvars.ContextVar[ModelScope | None] = contextvars.ContextVar(
