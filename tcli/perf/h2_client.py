@@ -55,7 +55,7 @@ class _H2Stream(h2.Stream):
         return self.remote_closed or self.closed
 
 
-class H2Connection(h2.Endpoint, asyncio.Protocol):
+class H2Connection(h2.Endpoint[_H2Stream], asyncio.Protocol):
     """One HTTP/2 connection (prior knowledge, cleartext) carrying many concurrent gRPC calls."""
 
     client_side = True
@@ -133,28 +133,27 @@ class H2Connection(h2.Endpoint, asyncio.Protocol):
     def _header_block(self, stream_id: int, block: bytes, end_stream: bool) -> None:
         stream = self.streams.get(stream_id)
         if stream is not None and end_stream:  # trailers (or a trailers-only answer): the call is over
-            self._complete(cast(_H2Stream, stream))
+            self._complete(stream)
 
-    def _stream_data(self, stream: h2.Stream, data: bytes | bytearray, end: bool) -> None:
-        call = cast(_H2Stream, stream)
-        if not call.first_ns:
-            call.first_ns = now_ns()
+    def _stream_data(self, stream: _H2Stream, data: bytes | bytearray, end: bool) -> None:
+        if not stream.first_ns:
+            stream.first_ns = now_ns()
         if data:
-            call.got_data = True
-            if call.streaming:
-                self._stream_messages(call, data)
+            stream.got_data = True
+            if stream.streaming:
+                self._stream_messages(stream, data)
         if end:
-            self._complete(call)
+            self._complete(stream)
 
-    def _stream_reset(self, stream: h2.Stream, code: int | None) -> None:
+    def _stream_reset(self, stream: _H2Stream, code: int | None) -> None:
         message = self.failure if code is None else f"the server reset the call (HTTP/2 error {code})"
-        _fail(cast(_H2Stream, stream), message)
+        _fail(stream, message)
 
     def _goaway_received(self, last_stream_id: int, code: int) -> None:
         self.goaway_received = True  # calls up to last_stream_id still finish here
         self.failure = "the server is closing the connection (GOAWAY)"
         for stream_id in [sid for sid in self.streams if sid > last_stream_id]:
-            stream = cast(_H2Stream, self.streams[stream_id])
+            stream = self.streams[stream_id]
             self.forget(stream)
             _fail(stream, self.failure)
 

@@ -38,7 +38,7 @@ def request_block() -> bytes:
     )
 
 
-class Peer(Endpoint):
+class Peer(Endpoint[Stream]):
     """An endpoint that records what its streams carry; its writes collect in `out`."""
 
     def __init__(self, client_side: bool, stream_window: int = f.DEFAULT_WINDOW) -> None:
@@ -216,7 +216,7 @@ def test_data_beyond_the_granted_connection_window_is_a_flow_control_error() -> 
     _client, server = connected()
     server.data_received(f.header_frames(1, request_block(), False, f.DEFAULT_MAX_FRAME))
     server.streams[1].hold = True
-    server.connection_window = 10**9  # never credits the connection window in this test
+    server._credit_at = 10**9  # never credits the connection window in this test
     chunk = f.frame(f.DATA, 0, 1, b"z" * 16384)
     server.data_received(chunk * 3 + f.frame(f.DATA, 0, 1, b"z" * 16383))  # 65,535: all it granted
     assert not server.closed

@@ -49,7 +49,7 @@ class Stream(h2.Stream):
 OpenCall = Callable[["Connection", Stream, list[tuple[bytes, bytes]]], Call]
 
 
-class Connection(h2.Endpoint, asyncio.Protocol):
+class Connection(h2.Endpoint[Stream], asyncio.Protocol):
     """A cleartext HTTP/2 server connection (prior knowledge, as gRPC clients speak it)."""
 
     stream_window = STREAM_WINDOW
@@ -63,7 +63,6 @@ class Connection(h2.Endpoint, asyncio.Protocol):
         self.on_closed = on_closed
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        self.streams: dict[int, Stream] = {}  # type: ignore[assignment]
         self._out: list[bytes] | None = None  # written this turn of the loop, not yet sent
         self._decoder = HeaderDecoder(MAX_HEADER_LIST)
         self._paused = False  # the transport's buffer is full
@@ -133,8 +132,8 @@ class Connection(h2.Endpoint, asyncio.Protocol):
         if end_stream and not stream.finished:
             call.on_end()
 
-    def _stream_data(self, stream: h2.Stream, data: bytes | bytearray, end: bool) -> None:
-        call = cast(Stream, stream).call
+    def _stream_data(self, stream: Stream, data: bytes | bytearray, end: bool) -> None:
+        call = stream.call
         assert call is not None
         if data:
             call.on_data(data)
@@ -142,8 +141,8 @@ class Connection(h2.Endpoint, asyncio.Protocol):
             stream.remote_closed = True
             call.on_end()
 
-    def _stream_reset(self, stream: h2.Stream, code: int | None) -> None:
-        call = cast(Stream, stream).call
+    def _stream_reset(self, stream: Stream, code: int | None) -> None:
+        call = stream.call
         if call is not None:
             call.on_reset()
 
@@ -164,7 +163,7 @@ class Connection(h2.Endpoint, asyncio.Protocol):
     ) -> None:
         """Response headers, one DATA frame (`prefix` + `message`) and the trailers ending the stream:
         in one write when the windows allow (every small unary answer)."""
-        self.send(stream, head, prefix, message, trailers, True)
+        self.send(stream, head, prefix, message, trailers)
 
     def writable(self, stream: Stream) -> bool:
         """Whether more may be written for `stream` without growing a queue."""

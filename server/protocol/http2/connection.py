@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from server.protocol.http2 import frames as f
 from server.protocol.http2.frames import HEAD, H2Error
@@ -58,8 +59,12 @@ class Stream:
         return self.local_closed or self.closed
 
 
-class Endpoint:
-    """The connection state of a client or a server endpoint (cleartext, prior knowledge)."""
+S = TypeVar("S", bound=Stream)
+
+
+class Endpoint(Generic[S]):
+    """The connection state of a client or a server endpoint (cleartext, prior knowledge), its
+    streams of type S."""
 
     client_side = False
     # what we grant the peer: INITIAL_WINDOW_SIZE, the connection window, MAX_FRAME_SIZE
@@ -70,7 +75,7 @@ class Endpoint:
     reset_after_end = False
 
     def __init__(self) -> None:
-        self.streams: dict[int, Stream] = {}
+        self.streams: dict[int, S] = {}
         self.closed = False  # nothing more is read or written
         self._write: Callable[[bytes], None] = lambda data: None
         self._buffer = bytearray()
@@ -82,7 +87,9 @@ class Endpoint:
         self._max_frame_out = f.DEFAULT_MAX_FRAME  # the peer's MAX_FRAME_SIZE
         self._recv_window = self.connection_window
         self._recv_unacked = 0
-        self._blocked: dict[int, Stream] = {}  # streams with frames waiting for flow control
+        self._credit_at = self.connection_window // 2  # credit the connection window past this
+        self._stream_credit_at = self.stream_window // 2
+        self._blocked: dict[int, S] = {}  # streams with frames waiting for flow control
         self._draining = False  # close as soon as no stream is open
 
     def preface(self, extra_settings: tuple[tuple[int, int], ...] = ()) -> bytes:
@@ -102,11 +109,11 @@ class Endpoint:
     def _header_block(self, stream_id: int, block: bytes, end_stream: bool) -> None:
         raise NotImplementedError
 
-    def _stream_data(self, stream: Stream, data: bytes | bytearray, end: bool) -> None:
+    def _stream_data(self, stream: S, data: bytes | bytearray, end: bool) -> None:
         """A stream's DATA (flow control done); on `end` the hook marks the end (`_remote_end`)."""
         raise NotImplementedError
 
-    def _stream_reset(self, stream: Stream, code: int | None) -> None:
+    def _stream_reset(self, stream: S, code: int | None) -> None:
         """The stream ended abnormally: `code` of the peer's RST_STREAM, None when we reset it or
         the connection is gone."""
 
@@ -197,7 +204,7 @@ class Endpoint:
         if self._recv_window < 0:
             raise H2Error(f.FLOW_CONTROL_ERROR, "DATA beyond the connection window")
         self._recv_unacked += length
-        if self._recv_unacked >= self.connection_window // 2:
+        if self._recv_unacked >= self._credit_at:
             self._write(f.window_update(0, self._recv_unacked))
             self._recv_window += self._recv_unacked
             self._recv_unacked = 0
@@ -208,14 +215,14 @@ class Endpoint:
             if stream_id == 0 or stream_id > self._highest_stream:
                 raise H2Error(f.PROTOCOL_ERROR, f"DATA on idle stream {stream_id}")
             return  # a stream we ended or reset: its late data is dropped
-        end = bool(flags & f.END_STREAM)
+        end = flags & f.END_STREAM != 0
         stream.recv_window -= length
         if stream.recv_window < 0:
             self.reset(stream, f.FLOW_CONTROL_ERROR)
             return
         if not end:
             stream.unacked += length
-            if stream.unacked >= self.stream_window // 2 and not stream.hold:
+            if stream.unacked >= self._stream_credit_at and not stream.hold:
                 self.credit(stream)
         self._stream_data(stream, payload, end)
 
@@ -304,19 +311,19 @@ class Endpoint:
         self._drop(stream, int.from_bytes(payload, "big"))
 
     # streams ----------------------------------------------------------------------------------------
-    def _opened(self, stream: Stream) -> None:
+    def _opened(self, stream: S) -> None:
         """Count a new stream (ours, or the peer's once its HEADERS were checked)."""
         self._highest_stream = stream.id
         self.streams[stream.id] = stream
 
-    def _remote_end(self, stream: Stream) -> None:
+    def _remote_end(self, stream: S) -> None:
         """The peer sent END_STREAM: a stream closed both ways is forgotten."""
         stream.remote_closed = True
         if stream.local_closed:
             self.streams.pop(stream.id, None)
             self._closed_stream()
 
-    def forget(self, stream: Stream) -> None:
+    def forget(self, stream: S) -> None:
         """Stop sending on a stream the peer has ended, without a frame (its queue is dropped)."""
         stream.closed = True
         self.streams.pop(stream.id, None)
@@ -325,7 +332,7 @@ class Endpoint:
             self._blocked.pop(stream.id, None)
 
     # frames out -------------------------------------------------------------------------------------
-    def send_headers(self, stream: Stream, block: bytes, end: bool = False) -> None:
+    def send_headers(self, stream: S, block: bytes, end: bool = False) -> None:
         if stream.finished:
             return
         if stream.blocked is not None:
@@ -335,7 +342,7 @@ class Endpoint:
         if end:
             self._ended(stream)
 
-    def send_data(self, stream: Stream, data: bytes, end: bool = False) -> None:
+    def send_data(self, stream: S, data: bytes, end: bool = False) -> None:
         if stream.finished:
             return
         size = len(data)
@@ -354,7 +361,7 @@ class Endpoint:
         self._enqueue(stream, f.DATA, memoryview(data), end)
 
     def send(
-        self, stream: Stream, head: bytes, prefix: bytes, body: bytes, trailers: bytes, end: bool
+        self, stream: S, head: bytes, prefix: bytes, body: bytes, trailers: bytes, end: bool = True
     ) -> None:
         """HEADERS `head` (none when empty), one DATA frame of `prefix` + `body`, then HEADERS
         `trailers` (none when empty); `end` ends the stream with the last of them. One write when the
@@ -411,7 +418,7 @@ class Endpoint:
         if trailers:
             self.send_headers(stream, trailers, end=end)
 
-    def reset(self, stream: Stream, code: int) -> None:
+    def reset(self, stream: S, code: int) -> None:
         """End a stream with RST_STREAM (its `_stream_reset` hook is told)."""
         if stream.closed:
             return
@@ -420,14 +427,14 @@ class Endpoint:
         self.streams.pop(stream.id, None)
         self._drop(stream, None)
 
-    def credit(self, stream: Stream) -> None:
+    def credit(self, stream: S) -> None:
         """Give the peer back the stream window it used (WINDOW_UPDATE), unless it is done sending."""
         if stream.unacked and not stream.remote_closed and not stream.finished:
             self._write(f.window_update(stream.id, stream.unacked))
             stream.recv_window += stream.unacked
         stream.unacked = 0
 
-    def _enqueue(self, stream: Stream, kind: int, data: memoryview | bytes, end: bool) -> None:
+    def _enqueue(self, stream: S, kind: int, data: memoryview | bytes, end: bool) -> None:
         if stream.blocked is None:
             stream.blocked = deque()
             self._blocked[stream.id] = stream
@@ -466,7 +473,7 @@ class Endpoint:
                 self._blocked.pop(stream.id, None)
                 self._unblocked()
 
-    def _ended(self, stream: Stream) -> None:
+    def _ended(self, stream: S) -> None:
         """We sent END_STREAM."""
         stream.local_closed = True
         if self.reset_after_end and not stream.remote_closed:
@@ -477,9 +484,10 @@ class Endpoint:
             self._blocked.pop(stream.id, None)
         if stream.closed or stream.remote_closed:
             self.streams.pop(stream.id, None)
-            self._closed_stream()
+            if self._draining and not self.streams:
+                self.close()
 
-    def _drop(self, stream: Stream, code: int | None) -> None:
+    def _drop(self, stream: S, code: int | None) -> None:
         stream.closed = True
         if stream.blocked is not None:
             stream.blocked = None
