@@ -7,7 +7,7 @@ encode.py         requests encoded once, before measuring (HTTP bytes, gRPC seri
 load_spec.py      what the parent sends a worker (LoadSpec), the shared clock, RequestFailed
 worker.py         the load generator process (asyncio, pre-encoded bytes over HTTP/1.1 or gRPC)
 http1_client.py   the worker's HTTP/1.1 keep-alive connection (an asyncio Protocol)
-h2_client.py      the worker's hand-driven HTTP/2 connection for gRPC (frames, HPACK, flow control)
+h2_client.py      the worker's HTTP/2 connection for gRPC, on the server's HTTP/2 layer (server/protocol/http2)
 grpc_messages.py  protobuf by hand: sequence parameters, a stream response's error message
 profiler.py       levels, measurement windows and the stability loop, over one or more worker processes
 prepare.py        before measuring: the model read from the server, the LoadSpec built from the flags

@@ -1,7 +1,7 @@
-"""The load generator's gRPC client: one hand-driven HTTP/2 connection (cleartext, prior knowledge)
-carrying many concurrent calls of pre-serialized messages: frames, the few HPACK encodings it needs,
-flow control, and answers to SETTINGS and PING. Standard library only, so that a worker process
-starts cheaply.
+"""The load generator's gRPC client: one HTTP/2 connection (cleartext, prior knowledge) carrying many
+concurrent calls of pre-serialized messages, on the same HTTP/2 layer as the server
+(server/protocol/http2: frames, flow control, answers to SETTINGS and PING). Standard library only
+besides that layer, so that a worker process starts cheaply.
 """
 
 from __future__ import annotations
@@ -9,6 +9,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+from server.protocol.http2 import connection as h2
+from server.protocol.http2 import frames as f
+from server.protocol.http2.header_block import indexed, literal, literal_named
 from tcli.perf.load_spec import RequestFailed, now_ns
 
 # grpcio costs about ten times more CPU per call than the raw HTTP/1.1 client of http1_client.py
@@ -19,289 +22,143 @@ from tcli.perf.load_spec import RequestFailed, now_ns
 # and answers to SETTINGS and PING. Responses are not decoded: a unary call succeeded when its stream
 # carried a gRPC message (Triton and grpcio servers answer errors with trailers only); the error text
 # of a failed call is then fetched once through grpcio.
-_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-_DATA, _HEADERS, _RST_STREAM, _SETTINGS, _PING, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = (
-    0,
-    1,
-    3,
-    4,
-    6,
-    7,
-    8,
-    9,
-)
-_END_STREAM, _ACK, _END_HEADERS, _PADDED = 0x1, 0x1, 0x4, 0x8
 _BIG_WINDOW = 2**31 - 1
-
-
-def _frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream_id.to_bytes(4, "big") + payload
-
-
-def _hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 128:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _hpack_string(text: str) -> bytes:
-    raw = text.encode()
-    return _hpack_int(len(raw), 7, 0) + raw
 
 
 def grpc_header_block(path: str, authority: str, metadata: list[tuple[str, str]]) -> bytes:
     """The HPACK block of every request on `path`: indexed :method POST and :scheme http, then
     literals without indexing (static-table names where there is one), so no dynamic table is used."""
-    block = b"\x83\x86"  # :method POST, :scheme http
-    block += _hpack_int(4, 4, 0) + _hpack_string(path)  # :path
-    block += _hpack_int(1, 4, 0) + _hpack_string(authority)  # :authority
-    block += _hpack_int(31, 4, 0) + _hpack_string("application/grpc")  # content-type
-    block += b"\x00" + _hpack_string("te") + _hpack_string("trailers")
+    block = indexed(3) + indexed(6)  # :method POST, :scheme http
+    block += literal_named(4, path.encode())  # :path
+    block += literal_named(1, authority.encode())  # :authority
+    block += literal_named(31, b"application/grpc")  # content-type
+    block += literal(b"te", b"trailers")
     for name, value in metadata:
-        block += b"\x00" + _hpack_string(name.lower()) + _hpack_string(value)
+        block += literal(name.lower().encode(), value.encode())
     return block
 
 
-class _H2Stream:
-    __slots__ = (
-        "ended",
-        "first_ns",
-        "got_data",
-        "id",
-        "messages",
-        "pending",
-        "received",
-        "streaming",
-        "waiter",
-        "window",
-    )
+class _H2Stream(h2.Stream):
+    __slots__ = ("first_ns", "got_data", "messages", "pending", "streaming", "waiter")
 
     def __init__(self, stream_id: int, window: int, streaming: bool) -> None:
-        self.id = stream_id
+        super().__init__(stream_id, window, _BIG_WINDOW)
         self.streaming = streaming
-        self.window = window
         self.first_ns = 0
         self.got_data = False
-        self.ended = False
         self.waiter: asyncio.Future[Any] | None = None
         self.pending = bytearray()  # streaming: bytes of gRPC messages not yet complete
         self.messages: list[bytes] = []  # streaming: complete messages not yet read
-        self.received = 0
+
+    @property
+    def ended(self) -> bool:
+        return self.remote_closed or self.closed
 
 
-class H2Connection(asyncio.Protocol):
+class H2Connection(h2.Endpoint[_H2Stream], asyncio.Protocol):
     """One HTTP/2 connection (prior knowledge, cleartext) carrying many concurrent gRPC calls."""
 
+    client_side = True
+    stream_window = _BIG_WINDOW  # responses never wait for a WINDOW_UPDATE from us
+    connection_window = _BIG_WINDOW
+
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
         self.loop = loop
         self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
-        self.streams: dict[int, _H2Stream] = {}
         self.next_id = 1
-        self.send_window = 65535
-        self.peer_initial_window = 65535
-        self.max_frame = 16384
-        self.blocked: list[tuple[_H2Stream, memoryview, bool]] = []  # data waiting for flow control
-        self.received = 0
-        self.headers_stream = 0  # a header block continues in CONTINUATION frames on this stream
-        self.closed = False
+        self.goaway_received = False
         self.failure = "the server closed the connection"
+
+    def usable(self) -> bool:
+        """Whether new calls may go on this connection."""
+        return not self.closed and not self.goaway_received
 
     # connection -----------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
-        settings = (2).to_bytes(2, "big") + (0).to_bytes(4, "big")  # ENABLE_PUSH 0
-        settings += (4).to_bytes(2, "big") + _BIG_WINDOW.to_bytes(4, "big")  # INITIAL_WINDOW_SIZE
-        self.transport.write(
-            _PREFACE
-            + _frame(_SETTINGS, 0, 0, settings)
-            + _frame(_WINDOW_UPDATE, 0, 0, (_BIG_WINDOW - 65535).to_bytes(4, "big"))
-        )
+        self._write = self.transport.write
+        self._write(self.preface(((f.ENABLE_PUSH, 0),)))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
         if exc is not None:
             self.failure = f"the server closed the connection: {exc}"
-        for stream in list(self.streams.values()):
-            self._fail(stream, self.failure)
-        self.streams.clear()
+        self._lost()
 
-    def _fail(self, stream: _H2Stream, message: str) -> None:
-        stream.ended = True
-        waiter, stream.waiter = stream.waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(RequestFailed(message))
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
 
-    # sending --------------------------------------------------------------------------------------
-    def _open(self, header_block: bytes, streaming: bool, write: bool = True) -> _H2Stream:
-        if self.closed or self.transport is None:
+    def _fail(self, code: int, message: str) -> None:
+        self.failure = f"the server broke HTTP/2: {message}"
+        super()._fail(code, message)
+
+    # calls ----------------------------------------------------------------------------------------
+    def _open(self, streaming: bool) -> _H2Stream:
+        if not self.usable() or self.transport is None:
             raise RequestFailed(self.failure)
-        stream = _H2Stream(self.next_id, self.peer_initial_window, streaming)
+        stream = _H2Stream(self.next_id, self._initial_window, streaming)
         self.next_id += 2
-        self.streams[stream.id] = stream
-        if write:
-            self.transport.write(_frame(_HEADERS, _END_HEADERS, stream.id, header_block))
+        self._opened(stream)
         return stream
-
-    def _send(self, stream: _H2Stream, message: bytes, end_stream: bool, head: bytes = b"") -> None:
-        """Write a message as DATA (after `head`, the stream's HEADERS frame when not yet written)."""
-        data = b"\x00" + len(message).to_bytes(4, "big") + message
-        size = len(data)
-        if (
-            not self.blocked
-            and size <= self.max_frame
-            and size <= self.send_window
-            and size <= stream.window
-            and self.transport is not None
-        ):
-            self.send_window -= size
-            stream.window -= size
-            self.transport.write(head + _frame(_DATA, _END_STREAM if end_stream else 0, stream.id, data))
-            return
-        if head and self.transport is not None:
-            self.transport.write(head)
-        self.blocked.append((stream, memoryview(data), end_stream))
-        self._flush()
-
-    def _flush(self) -> None:
-        while self.blocked and self.transport is not None:
-            stream, data, end_stream = self.blocked[0]
-            if stream.ended:
-                self.blocked.pop(0)
-                continue
-            size = min(len(data), self.max_frame, self.send_window, stream.window)
-            if size <= 0 and len(data) > 0:
-                return  # wait for WINDOW_UPDATE
-            last = size == len(data)
-            self.send_window -= size
-            stream.window -= size
-            self.transport.write(
-                _frame(_DATA, _END_STREAM if (last and end_stream) else 0, stream.id, bytes(data[:size]))
-            )
-            if last:
-                self.blocked.pop(0)
-            else:
-                self.blocked[0] = (stream, data[size:], end_stream)
 
     def unary(self, header_block: bytes, message: bytes) -> asyncio.Future[tuple[int, int, bool]]:
         """Send one call; the future gives (first response byte ns, end ns, carried a message)."""
-        stream = self._open(header_block, streaming=False, write=False)
-        stream.waiter = self.loop.create_future()
-        waiter = stream.waiter
-        self._send(stream, message, True, _frame(_HEADERS, _END_HEADERS, stream.id, header_block))
+        stream = self._open(streaming=False)
+        waiter = stream.waiter = self.loop.create_future()
+        self.send(stream, header_block, len(message).to_bytes(5, "big"), message, b"", True)
         return waiter
 
     def open_stream(self, header_block: bytes) -> _H2Stream:
-        return self._open(header_block, streaming=True)
+        stream = self._open(streaming=True)
+        self.send_headers(stream, header_block)
+        return stream
 
     def stream_call(self, stream: _H2Stream, message: bytes) -> asyncio.Future[bytes]:
         """Write one message on a bidirectional stream; the future gives the next message read."""
         if stream.ended:
             raise RequestFailed("the server ended the stream")
-        stream.waiter = self.loop.create_future()
-        waiter = stream.waiter
-        self._send(stream, message, end_stream=False)
+        waiter = stream.waiter = self.loop.create_future()
+        self.send(stream, b"", len(message).to_bytes(5, "big"), message, b"", False)
         return waiter
 
     def close_stream(self, stream: _H2Stream) -> None:
-        if not stream.ended and self.transport is not None and not self.closed:
-            self.transport.write(_frame(_RST_STREAM, 0, stream.id, (8).to_bytes(4, "big")))  # CANCEL
-        self.streams.pop(stream.id, None)
+        if not stream.ended and not self.closed:
+            self.reset(stream, f.CANCEL)
+        else:
+            self.forget(stream)
 
-    # receiving ------------------------------------------------------------------------------------
-    def data_received(self, data: bytes) -> None:
-        buffer = self.buffer
-        buffer += data
-        at, size = 0, len(buffer)
-        while size - at >= 9:
-            length = int.from_bytes(buffer[at : at + 3], "big")
-            if size - at - 9 < length:
-                break
-            kind, flags = buffer[at + 3], buffer[at + 4]
-            stream_id = int.from_bytes(buffer[at + 5 : at + 9], "big") & 0x7FFFFFFF
-            payload = bytes(buffer[at + 9 : at + 9 + length])
-            at += 9 + length
-            self._frame_received(kind, flags, stream_id, payload)
-        del buffer[:at]
+    # the shared layer's hooks ---------------------------------------------------------------------
+    def _header_block(self, stream_id: int, block: bytes, end_stream: bool) -> None:
+        stream = self.streams.get(stream_id)
+        if stream is not None and end_stream:  # trailers (or a trailers-only answer): the call is over
+            self._complete(stream)
 
-    def _frame_received(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
-        if kind == _DATA:
-            self.received += len(payload)
-            if self.received > 2**30 and self.transport is not None:
-                self.transport.write(_frame(_WINDOW_UPDATE, 0, 0, self.received.to_bytes(4, "big")))
-                self.received = 0
-            stream = self.streams.get(stream_id)
-            if stream is None:
-                return
-            if not stream.first_ns:
-                stream.first_ns = now_ns()
-            if flags & _PADDED:
-                payload = payload[1 : len(payload) - payload[0]]
-            stream.got_data = stream.got_data or bool(payload)
-            stream.received += len(payload)
-            if stream.received > 2**30 and self.transport is not None:
-                self.transport.write(_frame(_WINDOW_UPDATE, 0, stream_id, stream.received.to_bytes(4, "big")))
-                stream.received = 0
+    def _stream_data(self, stream: _H2Stream, data: bytes | bytearray, end: bool) -> None:
+        if not stream.first_ns:
+            stream.first_ns = now_ns()
+        if data:
+            stream.got_data = True
             if stream.streaming:
-                self._stream_messages(stream, payload)
-            if flags & _END_STREAM:
-                self._ended(stream)
-        elif kind in (_HEADERS, _CONTINUATION):
-            stream = self.streams.get(stream_id)
-            if kind == _HEADERS and flags & _END_STREAM and stream is not None:
-                stream.ended = True
-            if flags & _END_HEADERS:
-                self.headers_stream = 0
-                if stream is not None and stream.ended:
-                    self._ended(stream)
-            else:
-                self.headers_stream = stream_id
-        elif kind == _RST_STREAM:
-            stream = self.streams.pop(stream_id, None)
-            if stream is not None:
-                code = int.from_bytes(payload[:4], "big")
-                self._fail(stream, f"the server reset the call (HTTP/2 error {code})")
-        elif kind == _SETTINGS:
-            if flags & _ACK:
-                return
-            for offset in range(0, len(payload) - 5, 6):
-                key = int.from_bytes(payload[offset : offset + 2], "big")
-                value = int.from_bytes(payload[offset + 2 : offset + 6], "big")
-                if key == 4:
-                    delta = value - self.peer_initial_window
-                    self.peer_initial_window = value
-                    for stream in self.streams.values():
-                        stream.window += delta
-                elif key == 5:
-                    self.max_frame = value
-            if self.transport is not None:
-                self.transport.write(_frame(_SETTINGS, _ACK, 0))
-            self._flush()
-        elif kind == _PING:
-            if not flags & _ACK and self.transport is not None:
-                self.transport.write(_frame(_PING, _ACK, 0, payload))
-        elif kind == _WINDOW_UPDATE:
-            increment = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
-            if stream_id == 0:
-                self.send_window += increment
-            elif stream_id in self.streams:
-                self.streams[stream_id].window += increment
-            self._flush()
-        elif kind == _GOAWAY:
-            self.closed = True
-            last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
-            self.failure = "the server is closing the connection (GOAWAY)"
-            for sid in [sid for sid in self.streams if sid > last]:
-                self._fail(self.streams.pop(sid), self.failure)
+                self._stream_messages(stream, data)
+        if end:
+            self._complete(stream)
 
-    def _stream_messages(self, stream: _H2Stream, payload: bytes) -> None:
+    def _stream_reset(self, stream: _H2Stream, code: int | None) -> None:
+        message = self.failure if code is None else f"the server reset the call (HTTP/2 error {code})"
+        _fail(stream, message)
+
+    def _goaway_received(self, last_stream_id: int, code: int) -> None:
+        self.goaway_received = True  # calls up to last_stream_id still finish here
+        self.failure = "the server is closing the connection (GOAWAY)"
+        for stream_id in [sid for sid in self.streams if sid > last_stream_id]:
+            stream = self.streams[stream_id]
+            self.forget(stream)
+            _fail(stream, self.failure)
+
+    # answers --------------------------------------------------------------------------------------
+    def _stream_messages(self, stream: _H2Stream, payload: bytes | bytearray) -> None:
         """Streaming calls: split DATA into gRPC messages and hand each to the waiting reader."""
         pending = stream.pending
         pending += payload
@@ -315,9 +172,9 @@ class H2Connection(asyncio.Protocol):
             waiter, stream.waiter = stream.waiter, None
             waiter.set_result(stream.messages.pop(0))
 
-    def _ended(self, stream: _H2Stream) -> None:
-        self.streams.pop(stream.id, None)
-        stream.ended = True
+    def _complete(self, stream: _H2Stream) -> None:
+        stream.remote_closed = True
+        self.forget(stream)
         waiter, stream.waiter = stream.waiter, None
         if waiter is None or waiter.done():
             return
@@ -326,3 +183,11 @@ class H2Connection(asyncio.Protocol):
             waiter.set_result((stream.first_ns or end, end, stream.got_data))
         elif stream.messages:
             waiter.set_result(stream.messages.pop(0))
+        else:  # the server ended the stream (an error's trailers) without answering this request
+            waiter.set_exception(RequestFailed("the server ended the stream"))
+
+
+def _fail(stream: _H2Stream, message: str) -> None:
+    waiter, stream.waiter = stream.waiter, None
+    if waiter is not None and not waiter.done():
+        waiter.set_exception(RequestFailed(message))

@@ -6,8 +6,9 @@ the parent (tcli/perf/encode.py); HTTP goes over raw HTTP/1.1 keep-alive connect
 asyncio Protocol (no HTTP library, no response decoding beyond the status line and the length),
 under uvloop when it is installed; gRPC goes through grpc.aio with identity serializers, so that
 serialized ModelInferRequest bytes go out and response bytes come back untouched. This module and
-the ones it imports (load_spec.py, http1_client.py, h2_client.py, grpc_messages.py) use only the
-standard library (and grpc for gRPC): starting a worker process is cheap.
+the ones it imports (load_spec.py, http1_client.py, h2_client.py and the server's HTTP/2 layer
+server/protocol/http2, grpc_messages.py) use only the standard library (and grpc for gRPC): starting
+a worker process is cheap.
 
 The parent (tcli/perf/profiler.py) starts workers with `python -m tcli.perf.worker FD` and talks to
 each over a multiprocessing Connection on that file descriptor:
@@ -236,7 +237,7 @@ class Worker:
     async def _h2(self, group: int = 0) -> H2Connection:
         """The HTTP/2 connection of a group of slots, (re)connected on first use."""
         connection = self.h2.get(group)
-        if connection is None or connection.closed:
+        if connection is None or not connection.usable():
             connecting = self.h2_connecting.get(group)
             if connecting is None:
                 connecting = self.h2_connecting[group] = self.loop.create_task(

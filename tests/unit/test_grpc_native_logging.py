@@ -8,7 +8,7 @@ import sys
 PROBE = """
 import logging
 logging.basicConfig(level=logging.DEBUG)
-import server.frontends.grpc_native.frames
+import server.protocol.http2.header_decoder
 print(logging.getLogger("hpack.hpack").isEnabledFor(logging.DEBUG),
       logging.getLogger("tcli.server").isEnabledFor(logging.DEBUG))
 """

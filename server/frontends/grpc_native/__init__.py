@@ -6,9 +6,10 @@ Why: grpc.aio costs about 800 µs of server CPU per small request here, nearly a
 C/cython layer (the event loop thread and its poller thread); this transport does the same work in a
 fraction of that (benchmarks/NOTES.md has the measurements).
 
-Modules: frames (HTTP/2 framing, HPACK via `hpack`), connection (the HTTP/2 connection: streams and
-flow control), wire (gRPC's conventions over HTTP/2), calls (gRPC calls and the servicer context),
-server (listening and graceful shutdown).
+Modules: connection (the HTTP/2 server connection on the asyncio loop, over the HTTP/2 layer that
+`tcli perf`'s client shares, server/protocol/http2: framing, flow control, HPACK), wire (gRPC's
+conventions over HTTP/2), calls (gRPC calls and the servicer context), server (listening and
+graceful shutdown).
 """
 
 from server.frontends.grpc_native.server import NativeGrpcServerHandle, serve_native

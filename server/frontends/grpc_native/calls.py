@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 import grpc
 
 from server.frontends.grpc_native import wire
-from server.frontends.grpc_native.frames import literal
 from server.frontends.grpc_native.wire import CallError
+from server.protocol.http2.header_block import literal
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence

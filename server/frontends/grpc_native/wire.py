@@ -10,10 +10,10 @@ import zlib
 
 import grpc
 
-from server.frontends.grpc_native.frames import literal
+from server.protocol.http2.header_block import indexed, literal, literal_named
 
 # `:status: 200` (static table 8) and `content-type: application/grpc` (name from static table 31)
-RESPONSE_HEAD = b"\x88\x0f\x10\x10application/grpc"
+RESPONSE_HEAD = indexed(8) + literal_named(31, b"application/grpc")
 OK_TRAILERS = literal(b"grpc-status", b"0")
 ACCEPT_ENCODING = b"identity,deflate,gzip"
 
