@@ -1,5 +1,6 @@
 """The one core facade both front ends call: health, metadata, config, infer, repository, statistics,
-logging and trace settings. Nothing here knows HTTP or gRPC.
+logging and trace settings. Nothing here knows HTTP or gRPC: every answer is a typed message of the
+protocol (`server/protocol/messages.py`, `InferenceResponse`), which each front end only encodes.
 
 Two ways to infer: `infer(request)` gives a model's one response (every model but decoupled ones);
 `infer_stream(request)` yields the responses as the model sends them (any model: decoupled ones send
