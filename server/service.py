@@ -1,5 +1,6 @@
 """The one core facade both front ends call: health, metadata, config, infer, repository, statistics,
-logging and trace settings. Nothing here knows HTTP or gRPC.
+logging and trace settings. Nothing here knows HTTP or gRPC: every answer is a typed message of the
+protocol (`server/protocol/messages.py`, `InferenceResponse`), which each front end only encodes.
 
 Two ways to infer: `infer(request)` gives a model's one response (every model but decoupled ones);
 `infer_stream(request)` yields the responses as the model sends them (any model: decoupled ones send
@@ -30,6 +31,18 @@ from server.protocol.errors import (
     not_found,
     unavailable,
     unsupported,
+)
+from server.protocol.messages import (
+    LogSettingsResponse,
+    ModelConfigResponse,
+    ModelIndex,
+    ModelMetadataResponse,
+    ModelReadyResponse,
+    ModelStatisticsResponse,
+    RepositoryIndexResponse,
+    ServerMetadataResponse,
+    TensorMetadata,
+    TraceSettingResponse,
 )
 from server.protocol.types import InferenceRequest, InferenceResponse
 from server.repository.manager import ControlMode, ModelManager
@@ -128,17 +141,17 @@ class InferenceService:
             return False
         return self.manager.all_ready() if self.strict_readiness else True
 
-    def server_metadata(self) -> dict[str, Any]:
+    def server_metadata(self) -> ServerMetadataResponse:
         extensions = [e for e in EXTENSIONS if self.allow_client_shm or e != "system_shared_memory"]
-        return {"name": self.server_id, "version": SERVER_VERSION, "extensions": extensions}
+        return ServerMetadataResponse(self.server_id, SERVER_VERSION, extensions)
 
     # models ----------------------------------------------------------------------------------------
-    def model_ready(self, name: str, version: str = "") -> bool:
+    def model_ready(self, name: str, version: str = "") -> ModelReadyResponse:
         try:
             self.manager.resolve(name, version)
         except TritonError:
-            return False
-        return True
+            return ModelReadyResponse(False)
+        return ModelReadyResponse(True)
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         """Whether the model's config says `model_transaction_policy { decoupled: true }` (HTTP answers
@@ -151,24 +164,24 @@ class InferenceService:
         model, _ = self.manager.resolve(name, version)  # a resolved model always has a config
         return model
 
-    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+    def model_metadata(self, name: str, version: str = "") -> ModelMetadataResponse:
         model = self._ready_model(name, version)
         config = model.config
         assert config is not None
         batch = [-1] if config.max_batch_size > 0 else []
         versions = [version] if version not in ("", "-1") else [str(v) for v in model.ready_versions()]
 
-        def describe(tensor: Any) -> dict[str, Any]:
+        def describe(tensor: Any) -> TensorMetadata:
             wire = datatypes.config_to_wire(enum_name(tensor, "data_type"))
-            return {"name": tensor.name, "datatype": wire, "shape": batch + list(tensor.dims)}
+            return TensorMetadata(tensor.name, wire, batch + list(tensor.dims))
 
-        return {
-            "name": name,
-            "versions": versions,
-            "platform": config.platform or config.backend,
-            "inputs": [describe(t) for t in config.input],
-            "outputs": [describe(t) for t in config.output],
-        }
+        return ModelMetadataResponse(
+            name,
+            versions,
+            config.platform or config.backend,
+            [describe(t) for t in config.input],
+            [describe(t) for t in config.output],
+        )
 
     def input_schema(
         self, name: str, version: str = ""
@@ -182,12 +195,10 @@ class InferenceService:
         }
         return config.max_batch_size > 0, inputs
 
-    def model_config(self, name: str, version: str = "") -> dict[str, Any]:
-        from server.protocol.config_json import to_json_dict
-
+    def model_config(self, name: str, version: str = "") -> ModelConfigResponse:
         model = self._ready_model(name, version)
         assert model.config is not None
-        return to_json_dict(model.config)
+        return ModelConfigResponse(model.config)
 
     # inference -------------------------------------------------------------------------------------
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
@@ -297,8 +308,8 @@ class InferenceService:
         return response
 
     # repository ------------------------------------------------------------------------------------
-    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        return self.manager.index(ready_only)
+    def repository_index(self, ready_only: bool = False) -> RepositoryIndexResponse:
+        return RepositoryIndexResponse([ModelIndex(**row) for row in self.manager.index(ready_only)])
 
     def _require_explicit(self) -> None:
         if self.manager.mode != ControlMode.EXPLICIT:
@@ -336,7 +347,7 @@ class InferenceService:
                     await asyncio.to_thread(self.manager.unload, other)
 
     # statistics ------------------------------------------------------------------------------------
-    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+    def statistics(self, name: str = "", version: str = "") -> ModelStatisticsResponse:
         stats = []
         if name:
             model = self.manager.models().get(name)
@@ -348,15 +359,15 @@ class InferenceService:
                 if number not in ready:
                     raise invalid_arg(f"requested model version is not available for model '{name}'")
                 ready = [number]
-            stats = [self.manager.stats.get(name, v).as_dict() for v in ready]
+            stats = [self.manager.stats.get(name, v).statistics() for v in ready]
         else:
             for model_name, model in sorted(self.manager.models().items()):
                 for v in model.ready_versions():
-                    stats.append(self.manager.stats.get(model_name, v).as_dict())
-        return {"model_stats": stats}
+                    stats.append(self.manager.stats.get(model_name, v).statistics())
+        return ModelStatisticsResponse(stats)
 
     # logging and trace -----------------------------------------------------------------------------
-    def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+    def update_log_settings(self, changes: dict[str, Any]) -> LogSettingsResponse:
         """Apply logging changes one by one in Triton's order (log_file, log_info, log_warning,
         log_error, log_verbose_level, log_format); the first bad value stops there, and what came
         before it stays applied, as in Triton. Values arrive as the JSON carried them, so a wrong
@@ -386,16 +397,19 @@ class InferenceService:
                 raise invalid_arg("attempt to access JSON non-boolean as boolean")
             setattr(settings, key, value)
         apply_verbosity(settings)
-        return settings.as_dict()
+        return LogSettingsResponse(**settings.as_dict())
 
-    def trace_settings(self, model: str = "") -> dict[str, Any]:
+    def trace_settings(self, model: str = "") -> TraceSettingResponse:
+        return TraceSettingResponse(**self._trace_values(model))
+
+    def _trace_values(self, model: str) -> dict[str, Any]:
         if model:
             self.manager.get(model)
             overrides = self.model_trace.get(model, {})
             return {key: overrides.get(key, value) for key, value in self.trace.values.items()}
         return dict(self.trace.values)
 
-    def update_trace_settings(self, changes: dict[str, Any], model: str = "") -> dict[str, Any]:
+    def update_trace_settings(self, changes: dict[str, Any], model: str = "") -> TraceSettingResponse:
         """Validate every change first, then apply them together (Triton changes nothing when one is
         bad). None resets a setting: a model's to the global value, a global one to its default.
         trace_mode cannot be changed at run time and is ignored, as in Triton."""
@@ -418,8 +432,7 @@ class InferenceService:
                 parsed[key] = _trace_number(key, value)
         if model:
             self.manager.get(model)
-        current = self.trace_settings(model)
-        merged = dict(current)
+        merged = self._trace_values(model)
         for key, value in parsed.items():
             merged[key] = (self.trace.values if model else TRACE_DEFAULTS)[key] if value is None else value
         if merged["trace_level"] != ["OFF"] and not merged["trace_file"]:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from server.protocol.messages import InferBatchStatistics, InferStatistics, ModelStatistics, StatisticDuration
 
 
 @dataclass
@@ -18,8 +20,8 @@ class Duration:
         self.count += count
         self.ns += ns
 
-    def as_dict(self) -> dict[str, int]:
-        return {"count": self.count, "ns": self.ns}
+    def snapshot(self) -> StatisticDuration:
+        return StatisticDuration(self.count, self.ns)
 
 
 @dataclass
@@ -78,34 +80,34 @@ class ModelStats:
             self.failures[reason] = self.failures.get(reason, 0) + 1
             self.last_inference_ms = int(time.time() * 1000)
 
-    def as_dict(self) -> dict[str, Any]:
-        """Triton's model statistics JSON for this version."""
+    def statistics(self) -> ModelStatistics:
+        """Triton's ModelStatistics of this version, as they stand now."""
         with self._lock:
-            return {
-                "name": self.name,
-                "version": self.version,
-                "last_inference": self.last_inference_ms,
-                "inference_count": self.inference_count,
-                "execution_count": self.execution_count,
-                "inference_stats": {
-                    "success": self.success.as_dict(),
-                    "fail": self.fail.as_dict(),
-                    "queue": self.queue.as_dict(),
-                    "compute_input": self.compute_input.as_dict(),
-                    "compute_infer": self.compute_infer.as_dict(),
-                    "compute_output": self.compute_output.as_dict(),
-                    "cache_hit": {"count": 0, "ns": 0},
-                    "cache_miss": {"count": 0, "ns": 0},
-                },
-                "response_stats": {},
-                "batch_stats": [
-                    {
-                        "batch_size": size,
-                        "compute_input": stats.compute_input.as_dict(),
-                        "compute_infer": stats.compute_infer.as_dict(),
-                        "compute_output": stats.compute_output.as_dict(),
-                    }
+            return ModelStatistics(
+                name=self.name,
+                version=self.version,
+                last_inference=self.last_inference_ms,
+                inference_count=self.inference_count,
+                execution_count=self.execution_count,
+                inference_stats=InferStatistics(
+                    success=self.success.snapshot(),
+                    fail=self.fail.snapshot(),
+                    queue=self.queue.snapshot(),
+                    compute_input=self.compute_input.snapshot(),
+                    compute_infer=self.compute_infer.snapshot(),
+                    compute_output=self.compute_output.snapshot(),
+                ),
+                batch_stats=[
+                    InferBatchStatistics(
+                        batch_size=size,
+                        compute_input=stats.compute_input.snapshot(),
+                        compute_infer=stats.compute_infer.snapshot(),
+                        compute_output=stats.compute_output.snapshot(),
+                    )
                     for size, stats in sorted(self.batches.items())
                 ],
-                "memory_usage": [],
-            }
+            )
+
+    def as_dict(self) -> dict[str, Any]:
+        """Triton's model statistics JSON for this version."""
+        return asdict(self.statistics())

@@ -33,10 +33,10 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from server.protocol import grpc_codec as codec
 from server.protocol import grpc_messages as messages
-from server.protocol.codec_tensors import SHM_DISABLED, ShmView
 from server.protocol.errors import ErrorCode, TritonError, invalid_arg, unavailable
 from server.protocol.grpc_parameters import model_version
 from server.protocol.shm import SharedMemoryRegistry
+from server.protocol.tensors import SHM_DISABLED, ShmView
 
 if TYPE_CHECKING:
     from server.frontends.grpc_native import NativeGrpcServerHandle
@@ -104,7 +104,7 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelReady(self, request: Any, context: aio.ServicerContext) -> Any:
         def work() -> Any:
             version = model_version(request.version)
-            return pb.ModelReadyResponse(ready=self.service.model_ready(request.name, version))
+            return messages.model_ready_response(self.service.model_ready(request.name, version))
 
         return await self._answer(context, work)
 
@@ -149,7 +149,7 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
 
     def _check_model(self, message: Any) -> None:
         version = model_version(message.model_version)
-        if not self.service.model_ready(message.model_name, version):
+        if not self.service.model_ready(message.model_name, version).ready:
             self.service.model_metadata(message.model_name, version)
 
     async def ModelInfer(self, request: Any, context: aio.ServicerContext) -> Any:
@@ -346,7 +346,7 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
     async def TraceSetting(self, request: Any, context: aio.ServicerContext) -> Any:
         def work() -> Any:
             model = request.model_name
-            if model and not self.service.model_ready(model):
+            if model and not self.service.model_ready(model).ready:
                 raise invalid_arg(f"Request for unknown model : {model}")
             if request.settings:
                 settings = self.service.update_trace_settings(messages.trace_settings_changes(request), model)

@@ -33,13 +33,14 @@ import orjson
 
 from server.frontends.http_content import compress, decompress, response_encoding, too_large
 from server.frontends.http_direct import InferHeaders
-from server.protocol.codec_tensors import SHM_DISABLED, ShmView
+from server.protocol import json_messages
 from server.protocol.errors import ErrorCode, TritonError, invalid_arg, unavailable, unsupported
 from server.protocol.generate_codec import GENERATE_ONE_RESPONSE, decode_generate, encode_generate
 from server.protocol.json_binary import decode_raw_request
 from server.protocol.json_codec import DEFAULT_MAX_INPUT_SIZE, decode_request, parse_header_length, parse_json
 from server.protocol.json_response import encode_response
 from server.protocol.shm import SharedMemoryRegistry
+from server.protocol.tensors import SHM_DISABLED, ShmView
 
 if TYPE_CHECKING:
     from server.service import InferenceService, StreamResponse
@@ -225,7 +226,7 @@ class HttpFrontend:
         try:
             header_length = None if header_value is None else parse_header_length(header_value, len(body))
             if header_length == 0:
-                config = self.service.model_config(model, version)
+                config = self.service.model_config(model, version).config
                 request, binary_default = decode_raw_request(body, model, version, config)
             else:
                 request, binary_default = decode_request(
@@ -238,7 +239,7 @@ class HttpFrontend:
                 )
         except TritonError:
             # as in Triton, a request for a model that is not there says so, whatever its body
-            if not self.service.model_ready(model, version):
+            if not self.service.model_ready(model, version).ready:
                 self.service.model_metadata(model, version)
             raise
         if self.service.is_decoupled(model, version):
@@ -284,7 +285,7 @@ class HttpFrontend:
         if action is None:
             return await self._json(send, service.model_metadata(model, version))
         if action == "ready":
-            if service.model_ready(model, version):
+            if service.model_ready(model, version).ready:
                 return await _respond(send, 200, b"", [_TEXT])
             return await _respond(send, 400, b'{"error":"Model version not ready"}', [_TEXT])
         if action == "config":
@@ -422,7 +423,7 @@ class HttpFrontend:
     async def _trace(self, receive: Receive, send: Send, method: str, model: str) -> None:
         if method not in ("GET", "POST"):
             return await _not_allowed(send)
-        if model and not self.service.model_ready(model):
+        if model and not self.service.model_ready(model).ready:
             raise invalid_arg(f"Request for unknown model : {model}")
         if method == "GET":
             return await self._json(send, self.service.trace_settings(model))
@@ -493,8 +494,8 @@ class HttpFrontend:
         raise unsupported(f"failed to register CUDA shared memory region: '{region}', GPUs not supported")
 
     # helpers ---------------------------------------------------------------------------------------
-    async def _json(self, send: Send, value: Any) -> None:
-        await _respond(send, 200, orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY))
+    async def _json(self, send: Send, message: Any) -> None:
+        await _respond(send, 200, json_messages.encode(message))
 
     async def _optional_json(self, receive: Receive) -> dict[str, Any]:
         """An optional JSON object body (an empty body is {}); anything but an object counts as {}."""

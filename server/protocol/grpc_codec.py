@@ -2,7 +2,7 @@
 InferenceRequest, and InferenceResponse to ModelInferResponse and the stream messages; pure functions.
 
 The messages are tritonclient's generated ones (`tritonclient.grpc.service_pb2`). Inference requests
-become `InferenceRequest`s whose tensors `server/protocol/grpc_tensors.py` reads; responses carry every
+become `InferenceRequest`s whose tensors `server/protocol/tensors.py` reads; responses carry every
 output in `raw_output_contents`, as Triton's do. The other RPCs' messages are in
 `server/protocol/grpc_messages.py`.
 
@@ -15,20 +15,28 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from server.protocol import datatypes
-from server.protocol.bytes_tensor import serialize_bytes
-from server.protocol.codec_tensors import SHM_DISABLED, ShmView, request_prefix
-from server.protocol.errors import internal, invalid_arg, unavailable
+from server.protocol.errors import invalid_arg, unavailable
 from server.protocol.grpc_parameters import (
     model_version,
     request_parameters,
     set_parameter,
     shared_memory_parameters,
 )
-from server.protocol.grpc_tensors import INVALID, from_buffer, from_contents
+from server.protocol.tensors import (
+    GRPC,
+    INVALID,
+    SHM_DISABLED,
+    ShmView,
+    from_buffer,
+    from_contents,
+    from_shm,
+    raw_bytes,
+    request_prefix,
+    write_shm,
+)
 from server.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 MAX_GRPC_MESSAGE_SIZE = 2**31 - 1  # INT32_MAX, Triton's MAX_GRPC_MESSAGE_SIZE
@@ -72,9 +80,7 @@ def decode_infer_request(message: Any, shm: ShmView | None = None) -> tuple[Infe
                     f"unexpected 'content' provided when using shared memory for input tensor '{name}' "
                     f"for model '{model_name}'"
                 )
-            if shm is None:
-                raise unavailable(SHM_DISABLED)
-            data = from_buffer(shm(*region), name, datatype, shape, request_id, model_name)
+            data = from_shm(shm, *region, name, datatype, shape, request_id, model_name, GRPC)
         elif tensor.HasField("contents"):
             if raw_count:
                 raise invalid_arg(
@@ -83,7 +89,8 @@ def decode_infer_request(message: Any, shm: ShmView | None = None) -> tuple[Infe
                 )
             data = from_contents(tensor, request_id, model_name)
         elif raw_index < raw_count:
-            data = from_buffer(raw_contents[raw_index], name, datatype, shape, request_id, model_name)
+            raw = raw_contents[raw_index]
+            data = from_buffer(raw, 0, len(raw), name, datatype, shape, request_id, model_name, GRPC)
             raw_index += 1
         else:
             raise invalid_arg(
@@ -127,24 +134,6 @@ def _requested_output(output: Any, shm: ShmView | None) -> RequestedOutput:
 
 
 # ------------------------------------------------------------------------------------------ responses
-def tensor_raw_bytes(tensor: Tensor) -> bytes:
-    """A tensor's bytes as `raw_output_contents` carries them (row-major, little-endian; BYTES
-    elements length-prefixed)."""
-    if tensor.datatype == "BYTES":
-        return serialize_bytes(tensor.data)
-    array = tensor.data
-    dtype = _DTYPES.get(tensor.datatype)
-    if dtype is None:
-        raise internal(f"Invalid data type for output tensor '{tensor.name}'")
-    if not isinstance(array, np.ndarray):
-        array = np.asarray(array)
-    if array.dtype != dtype:
-        array = (
-            array.view(dtype) if tensor.datatype == "BF16" and array.itemsize == 2 else array.astype(dtype)
-        )
-    return array.tobytes()
-
-
 def encode_infer_response(
     response: InferenceResponse, requested: list[RequestedOutput] | None = None, shm: ShmView | None = None
 ) -> Any:
@@ -159,39 +148,27 @@ def encode_infer_response(
                     targets = {}
                 targets[output.name] = output.parameters
     outputs = []
-    raw: list[bytes] = []
+    contents: list[bytes] = []
     for tensor in response.outputs:
         outputs.append(_OutputTensor(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape))
-        if targets is not None and tensor.name in targets:
-            _write_shm(tensor, targets[tensor.name], shm)
-            raw.append(b"")
+        target = targets.get(tensor.name) if targets is not None else None
+        if target is not None:
+            region = (target["shared_memory_region"], target["shared_memory_offset"])
+            write_shm(tensor, shm, *region, target["shared_memory_byte_size"], GRPC)
+            contents.append(b"")
         else:
-            raw.append(tensor_raw_bytes(tensor))
+            contents.append(raw_bytes(tensor))
     message = pb.ModelInferResponse(
         model_name=response.model_name,
         model_version=str(response.model_version),
         id=response.id,
         outputs=outputs,
-        raw_output_contents=raw,
+        raw_output_contents=contents,
     )
     if response.parameters:
         for key, value in response.parameters.items():
             set_parameter(message.parameters[key], value)
     return message
-
-
-def _write_shm(tensor: Tensor, target: Mapping[str, Any], shm: ShmView | None) -> None:
-    if shm is None:
-        raise unavailable(SHM_DISABLED)
-    blob = tensor_raw_bytes(tensor)
-    byte_size = int(target["shared_memory_byte_size"])
-    if len(blob) > byte_size:
-        raise internal(
-            f"shared memory size specified with the request for output '{tensor.name}' ({byte_size} "
-            f"bytes) should be at least {len(blob)} bytes to hold the results"
-        )
-    view = shm(str(target["shared_memory_region"]), int(target["shared_memory_offset"]), byte_size)
-    view[: len(blob)] = blob
 
 
 def stream_response(message: Any, final: bool = True) -> Any:

@@ -1,8 +1,9 @@
 """The protobuf messages of `inference.GRPCInferenceService` other than inference: server and model
 metadata, model config, statistics, the repository index, load and unload parameters, shared memory
-status, log and trace settings. Pure functions between the messages (tritonclient's generated
-`service_pb2`, `model_config_pb2`) and the dict forms the core facade gives the HTTP front end too;
-checks and messages follow Triton's gRPC front end (server/src/grpc/grpc_server.cc).
+status, log and trace settings. Pure functions between the protobuf messages (tritonclient's
+generated `service_pb2`) and the core facade's typed answers (`server/protocol/messages.py`), which
+the REST front end encodes as JSON instead; checks and messages follow Triton's gRPC front end
+(server/src/grpc/grpc_server.cc).
 """
 
 from __future__ import annotations
@@ -10,63 +11,98 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from google.protobuf import json_format
-from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc import service_pb2 as pb
 
 from server.protocol.errors import TritonError, invalid_arg, not_found, unsupported
+from server.protocol.messages import (
+    LogSettingsResponse,
+    ModelConfigResponse,
+    ModelMetadataResponse,
+    ModelReadyResponse,
+    ModelStatistics,
+    ModelStatisticsResponse,
+    RepositoryIndexResponse,
+    ServerMetadataResponse,
+    StatisticDuration,
+    TensorMetadata,
+    TraceSettingResponse,
+)
 
 
 # ------------------------------------------------------------------------------------------ metadata
-def server_metadata_response(metadata: Mapping[str, Any]) -> Any:
+def model_ready_response(answer: ModelReadyResponse) -> Any:
+    return pb.ModelReadyResponse(ready=answer.ready)
+
+
+def server_metadata_response(metadata: ServerMetadataResponse) -> Any:
     return pb.ServerMetadataResponse(
-        name=metadata["name"], version=metadata["version"], extensions=list(metadata.get("extensions", ()))
+        name=metadata.name, version=metadata.version, extensions=metadata.extensions
     )
 
 
-def model_metadata_response(metadata: Mapping[str, Any]) -> Any:
+def model_metadata_response(metadata: ModelMetadataResponse) -> Any:
     Tensor_ = pb.ModelMetadataResponse.TensorMetadata
 
-    def tensors(key: str) -> list[Any]:
-        return [
-            Tensor_(name=t["name"], datatype=t["datatype"], shape=[int(d) for d in t["shape"]])
-            for t in metadata.get(key, ())
-        ]
+    def tensors(described: list[TensorMetadata]) -> list[Any]:
+        return [Tensor_(name=t.name, datatype=t.datatype, shape=t.shape) for t in described]
 
     return pb.ModelMetadataResponse(
-        name=metadata["name"],
-        versions=[str(v) for v in metadata.get("versions", ())],
-        platform=metadata.get("platform", ""),
-        inputs=tensors("inputs"),
-        outputs=tensors("outputs"),
+        name=metadata.name,
+        versions=metadata.versions,
+        platform=metadata.platform,
+        inputs=tensors(metadata.inputs),
+        outputs=tensors(metadata.outputs),
     )
 
 
-def model_config_response(config: Mapping[str, Any]) -> Any:
-    """The ModelConfigResponse of a config in its JSON form (as the REST API gives it)."""
-    message = model_config_pb2.ModelConfig()
-    json_format.ParseDict(config, message, ignore_unknown_fields=True)
-    return pb.ModelConfigResponse(config=message)
+def model_config_response(answer: ModelConfigResponse) -> Any:
+    return pb.ModelConfigResponse(config=answer.config)
 
 
-def statistics_response(statistics: Mapping[str, Any]) -> Any:
-    """The ModelStatisticsResponse of statistics in their JSON form."""
-    message = pb.ModelStatisticsResponse()
-    json_format.ParseDict(statistics, message, ignore_unknown_fields=True)
-    return message
+def statistics_response(statistics: ModelStatisticsResponse) -> Any:
+    Duration = pb.StatisticDuration
+
+    def duration(value: StatisticDuration) -> Any:
+        return Duration(count=value.count, ns=value.ns)
+
+    def model(stats: ModelStatistics) -> Any:
+        infer = stats.inference_stats
+        return pb.ModelStatistics(
+            name=stats.name,
+            version=stats.version,
+            last_inference=stats.last_inference,
+            inference_count=stats.inference_count,
+            execution_count=stats.execution_count,
+            inference_stats=pb.InferStatistics(
+                success=duration(infer.success),
+                fail=duration(infer.fail),
+                queue=duration(infer.queue),
+                compute_input=duration(infer.compute_input),
+                compute_infer=duration(infer.compute_infer),
+                compute_output=duration(infer.compute_output),
+                cache_hit=duration(infer.cache_hit),
+                cache_miss=duration(infer.cache_miss),
+            ),
+            batch_stats=[
+                pb.InferBatchStatistics(
+                    batch_size=batch.batch_size,
+                    compute_input=duration(batch.compute_input),
+                    compute_infer=duration(batch.compute_infer),
+                    compute_output=duration(batch.compute_output),
+                )
+                for batch in stats.batch_stats
+            ],
+        )
+
+    return pb.ModelStatisticsResponse(model_stats=[model(stats) for stats in statistics.model_stats])
 
 
-def repository_index_response(rows: Iterable[Mapping[str, Any]]) -> Any:
+def repository_index_response(index: RepositoryIndexResponse) -> Any:
     Index = pb.RepositoryIndexResponse.ModelIndex
     return pb.RepositoryIndexResponse(
         models=[
-            Index(
-                name=row["name"],
-                version=str(row.get("version", "")),
-                state=str(row.get("state", "")),
-                reason=str(row.get("reason", "")),
-            )
-            for row in rows
+            Index(name=row.name, version=row.version, state=row.state, reason=row.reason)
+            for row in index.models
         ]
     )
 
@@ -150,12 +186,10 @@ def log_settings_changes(message: Any) -> dict[str, Any]:
     return changes
 
 
-def log_settings_response(settings: Mapping[str, Any]) -> Any:
+def log_settings_response(settings: LogSettingsResponse) -> Any:
     message = pb.LogSettingsResponse()
     for key, field, _ in _LOG_SETTINGS:
-        if key in settings:
-            value = settings[key]
-            setattr(message.settings[key], field, int(value) if field == "uint32_param" else value)
+        setattr(message.settings[key], field, getattr(settings, key))
     return message
 
 
@@ -184,9 +218,9 @@ def trace_settings_changes(message: Any) -> dict[str, Any]:
     return changes
 
 
-def trace_settings_response(settings: Mapping[str, Any]) -> Any:
+def trace_settings_response(settings: TraceSettingResponse) -> Any:
     message = pb.TraceSettingResponse()
-    for key, value in settings.items():
-        values = value if isinstance(value, (list, tuple)) else [value]
-        message.settings[key].value.extend(str(v) for v in values)
+    for key in TraceSettingResponse.__dataclass_fields__:
+        value = getattr(settings, key)
+        message.settings[key].value.extend(value if isinstance(value, list) else [value])
     return message

@@ -22,25 +22,21 @@ import json
 import math
 from typing import Any
 
-import numpy as np
 import orjson
 
 from server.protocol import datatypes
-from server.protocol.codec_tensors import SHM_DISABLED, ShmView, request_prefix
 from server.protocol.errors import invalid_arg, unavailable
-from server.protocol.json_binary import from_buffer, shm_parameters
+from server.protocol.json_binary import shm_parameters
 from server.protocol.json_values import (
     INT64_MAX,
-    NO_JSON,
     NOT_ARRAY,
     NOT_BOOL,
     NOT_STRING,
     NOT_UINT,
-    bytes_from_json,
     is_uint,
     missing_member,
-    numbers_from_json,
 )
+from server.protocol.tensors import SHM_DISABLED, ShmView, from_buffer, from_json, from_shm, request_prefix
 from server.protocol.types import InferenceRequest, RequestedOutput, Tensor
 
 DEFAULT_MAX_INPUT_SIZE = 64 * 2**20  # tritonserver --http-max-input-size
@@ -246,33 +242,10 @@ def _decode_input(
 
     if has_shm:
         region, offset, byte_size = shm_parameters(params)
-        if shm is None:
-            raise unavailable(SHM_DISABLED)
-        view = shm(region, offset, byte_size)
-        data = from_buffer(view, 0, byte_size, name, datatype, shape, request_id, model_name)
+        data = from_shm(shm, region, offset, byte_size, name, datatype, shape, request_id, model_name)
         return Tensor(name, datatype, shape, data), position
 
-    data_json = entry["data"]
-    if type(data_json) is not list:
-        raise invalid_arg(f"Unable to parse 'data': {NOT_ARRAY}")
-    if datatype in NO_JSON:
-        raise invalid_arg(
-            f"receiving {datatype} data via JSON is not supported. Please use the binary data format for "
-            f"input {name}"
-        )
-    count = math.prod(shape)
-    if datatype == "BYTES":
-        data = bytes_from_json(data_json, name, shape, request_id, model_name)
-    elif count == 0:
-        data = np.empty(shape, _DTYPES[datatype])
-    else:
-        byte_size = count * _DTYPES[datatype].itemsize
-        if byte_size > max_input_size:
-            raise invalid_arg(
-                f"JSON input '{name}' has a byte_size ({byte_size} bytes) that exceeds the maximum allowed "
-                f"value of {max_input_size} bytes. Use --http-max-input-size to increase the limit."
-            )
-        data = numbers_from_json(data_json, datatype, count).reshape(shape)
+    data = from_json(entry["data"], name, datatype, shape, request_id, model_name, max_input_size)
     return Tensor(name, datatype, shape, data), position
 
 

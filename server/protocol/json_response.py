@@ -2,26 +2,18 @@
 InferenceResponse to the response body, a pure function.
 
 Each output goes as JSON 'data', as binary bytes after the JSON header (`binary_data`), or into the
-shared memory region its request named.
+shared memory region its request named; `server/protocol/tensors.py` gives each form.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import orjson
 
-from server.protocol import datatypes
-from server.protocol.bytes_tensor import as_bytes, serialize_bytes
-from server.protocol.codec_tensors import SHM_DISABLED, ShmView
-from server.protocol.errors import ErrorCode, TritonError, invalid_arg, unavailable
 from server.protocol.json_binary import shm_parameters
-from server.protocol.json_values import NO_JSON
-from server.protocol.types import InferenceResponse, RequestedOutput, Tensor
-
-_DTYPES = datatypes.raw_dtypes()
+from server.protocol.tensors import ShmView, binary_buffer, json_data, write_shm
+from server.protocol.types import InferenceResponse, RequestedOutput
 
 
 def encode_response(
@@ -49,18 +41,18 @@ def encode_response(
         if params is None:
             binary = binary_default
         elif "shared_memory_region" in params:
-            _write_shm(tensor, params, shm)
+            write_shm(tensor, shm, *shm_parameters(params))
             outputs.append(entry)
             continue
         else:
             binary = params.get("binary_data") is True
         if binary:
-            blob, size = tensor_bytes(tensor)
+            blob, size = binary_buffer(tensor)
             entry["parameters"] = {"binary_data_size": size}
             if size:
                 blobs.append(blob)
         else:
-            entry["data"] = _json_data(tensor)
+            entry["data"] = json_data(tensor)
         outputs.append(entry)
 
     header: dict[str, Any] = {}
@@ -75,58 +67,3 @@ def encode_response(
     if not blobs:
         return encoded, None
     return b"".join([encoded, *blobs]), len(encoded)
-
-
-def tensor_bytes(tensor: Tensor) -> tuple[bytes | memoryview, int]:
-    """The binary-extension bytes of a tensor (a buffer over the array when it is contiguous) and their
-    number."""
-    if tensor.datatype == "BYTES":
-        data = serialize_bytes(tensor.data)
-        return data, len(data)
-    array = _typed(tensor)
-    if not array.flags.c_contiguous:
-        array = np.ascontiguousarray(array)
-    return array.reshape(-1).data.cast("B"), array.nbytes
-
-
-def _typed(tensor: Tensor) -> np.ndarray[Any, Any]:
-    array = np.asarray(tensor.data)
-    dtype = _DTYPES.get(tensor.datatype)
-    if dtype is None:
-        raise TritonError(ErrorCode.INTERNAL, f"Invalid data type for output tensor '{tensor.name}'")
-    if array.dtype != dtype:
-        if tensor.datatype == "BF16" and array.dtype.itemsize == 2:
-            return array.view(dtype)
-        array = array.astype(dtype)
-    return array
-
-
-def _json_data(tensor: Tensor) -> Any:
-    if tensor.datatype == "BYTES":
-        return [
-            item.decode("utf-8", "replace") if isinstance(item, bytes) else as_bytes(item).decode()
-            for item in np.asarray(tensor.data, dtype=object).reshape(-1)
-        ]
-    if tensor.datatype in NO_JSON:
-        raise invalid_arg(
-            f"sending {tensor.datatype} data via JSON is not supported. Please use the binary data "
-            "format for output"
-        )
-    array = _typed(tensor).reshape(-1)
-    if not array.flags.c_contiguous:
-        array = np.ascontiguousarray(array)
-    return array  # orjson writes contiguous numpy arrays natively
-
-
-def _write_shm(tensor: Tensor, params: Mapping[str, Any], shm: ShmView | None) -> None:
-    region, offset, byte_size = shm_parameters(dict(params))
-    if shm is None:
-        raise unavailable(SHM_DISABLED)
-    blob, size = tensor_bytes(tensor)
-    if size > byte_size:
-        raise invalid_arg(
-            f"shared memory size specified with the request for output '{tensor.name}' ({byte_size} "
-            f"bytes) should be at least {size} bytes to hold the results"
-        )
-    view = shm(region, offset, byte_size)
-    view[:size] = blob

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from server.protocol import datatypes
-from server.protocol.bytes_tensor import deserialize_bytes, serialize_bytes
+from server.protocol.tensors import deserialize_bytes, serialize_bytes
 from tcli.client.types import ClientError, InferInput, InferResult, RequestedOutput
 
 

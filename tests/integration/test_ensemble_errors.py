@@ -84,8 +84,8 @@ def test_step_errors_name_the_step_and_leave_the_ensemble_serving(service: Infer
     assert "in ensemble 'ens', step 1 (add_sub)" in wrong_shape.value.message
     assert "unexpected shape for input 'INPUT0'" in wrong_shape.value.message
     assert infer(service, 1) == {"SUM": [2, 2, 4, 6], "DIFF": [0, 0, 0, 0]}
-    (stats,) = service.statistics("ens")["model_stats"]
-    assert stats["inference_stats"]["success"]["count"] == 2
-    assert stats["inference_stats"]["fail"]["count"] == 2
-    (ident,) = service.statistics("ident")["model_stats"]
-    assert ident["inference_stats"]["success"]["count"] == 3  # per-step statistics on the composing model
+    (stats,) = service.statistics("ens").model_stats
+    assert stats.inference_stats.success.count == 2
+    assert stats.inference_stats.fail.count == 2
+    (ident,) = service.statistics("ident").model_stats
+    assert ident.inference_stats.success.count == 3  # per-step statistics on the composing model

@@ -18,6 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from server.protocol.config_json import to_json_dict
 from server.repository.manager import ControlMode
 from tests.integration.conftest import RunningServer, start_server
 from tests.integration.grpc_fixtures import RunningGrpcServer, start_grpc_server
@@ -165,8 +166,8 @@ def test_concurrent_sequences_are_batched_without_mixing(http_server: RunningSer
     plans = {sid: [sid % 7, 3, -2, 5][: 2 + sid % 3] for sid in range(1, 17)}
     results = concurrent_http_sequences(http_server.url, plans)
     assert results == {sid: expected_dyna(sid, values) for sid, values in plans.items()}
-    stats = http_server.service.statistics("simple_dyna_sequence")["model_stats"][0]
-    assert stats["inference_count"] == sum(len(v) for v in plans.values())
+    stats = http_server.service.statistics("simple_dyna_sequence").model_stats[0]
+    assert stats.inference_count == sum(len(v) for v in plans.values())
 
 
 def test_repeat_example_client(grpc_server: RunningGrpcServer) -> None:
@@ -174,7 +175,7 @@ def test_repeat_example_client(grpc_server: RunningGrpcServer) -> None:
 
 
 def test_example_configs_as_served(http_server: RunningServer) -> None:
-    config = http_server.service.model_config("simple_dyna_sequence")
+    config = to_json_dict(http_server.service.model_config("simple_dyna_sequence").config)
     oldest = config["sequence_batching"]["oldest"]
     assert oldest["max_candidate_sequences"] == 1024
     assert [c["name"] for c in config["sequence_batching"]["control_input"]] == [
@@ -184,7 +185,8 @@ def test_example_configs_as_served(http_server: RunningServer) -> None:
         "CORRID",
     ]
     assert config["instance_group"][0]["count"] == 2
-    assert http_server.service.model_config("repeat_int32")["model_transaction_policy"] == {"decoupled": True}
+    repeat = to_json_dict(http_server.service.model_config("repeat_int32").config)
+    assert repeat["model_transaction_policy"] == {"decoupled": True}
 
 
 # ------------------------------------------------------------------------------------------ real Triton

@@ -18,10 +18,13 @@ from tritonclient.grpc._utils import _get_inference_request
 
 from server.protocol import grpc_codec as codec
 from server.protocol import grpc_messages as messages
-from server.protocol.codec_tensors import SHM_DISABLED
+from server.protocol.config_json import from_json_dict
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.grpc_parameters import model_version
+from server.protocol.messages import ModelConfigResponse, ModelStatisticsResponse
+from server.protocol.tensors import SHM_DISABLED
 from server.protocol.types import InferenceResponse, RequestedOutput, Tensor
+from server.stats import ModelStats
 
 NUMERIC = {
     "BOOL": np.bool_,
@@ -517,30 +520,23 @@ def test_requested_output_defaults() -> None:
 
 
 # ------------------------------------------------------------------------------------------ other RPCs
-def test_config_and_statistics_from_their_json_forms() -> None:
-    config = messages.model_config_response(
+def test_config_and_statistics_of_the_service_answers() -> None:
+    served = from_json_dict(
         {
             "name": "m",
             "max_batch_size": 8,
             "input": [{"name": "I", "data_type": "TYPE_FP32", "dims": [-1, 4]}],
         }
-    ).config
-    assert (config.name, config.max_batch_size, list(config.input[0].dims)) == ("m", 8, [-1, 4])
-    statistics = messages.statistics_response(
-        {
-            "model_stats": [
-                {
-                    "name": "m",
-                    "version": "1",
-                    "inference_count": 3,
-                    "inference_stats": {"success": {"count": 3, "ns": 99}},
-                    "batch_stats": [{"batch_size": 1, "compute_infer": {"count": 3, "ns": 7}}],
-                    "response_stats": {},
-                    "memory_usage": [],
-                }
-            ]
-        }
     )
+    config = messages.model_config_response(ModelConfigResponse(served)).config
+    assert (config.name, config.max_batch_size, list(config.input[0].dims)) == ("m", 8, [-1, 4])
+    recorded = ModelStats("m", "1")
+    recorded.record_execution(1, 0, 7, 0)
+    recorded.record_execution(1, 0, 0, 0)
+    recorded.record_execution(1, 0, 0, 0)
+    for _ in range(3):
+        recorded.record_success(1, 33, 0, 0, 0, 0)
+    statistics = messages.statistics_response(ModelStatisticsResponse([recorded.statistics()]))
     stats = statistics.model_stats[0]
     assert (stats.inference_count, stats.inference_stats.success.ns, stats.batch_stats[0].batch_size) == (
         3,

@@ -15,12 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from server.protocol.bytes_tensor import deserialize_bytes, serialize_bytes
-from server.protocol.codec_tensors import SHM_DISABLED
+from server.protocol.config_json import from_json_dict
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.json_binary import decode_raw_request
 from server.protocol.json_codec import decode_request, parse_header_length
 from server.protocol.json_response import encode_response
+from server.protocol.tensors import SHM_DISABLED, deserialize_bytes, serialize_bytes
 from server.protocol.types import InferenceResponse, RequestedOutput, Tensor
 
 NUMERIC = {
@@ -260,13 +260,13 @@ def test_raw_request_is_the_single_input_with_batch_one() -> None:
         "input": [{"name": "IN", "data_type": "TYPE_FP32", "dims": [-1, 2]}],
     }
     data = np.arange(6, dtype=np.float32)
-    request, binary_default = decode_raw_request(data.tobytes(), "m", "", config)
+    request, binary_default = decode_raw_request(data.tobytes(), "m", "", from_json_dict(config))
     (tensor,) = request.inputs
     assert tensor.shape == (1, 3, 2) and binary_default is True
     np.testing.assert_array_equal(tensor.data.reshape(-1), data)
 
     strings = {"max_batch_size": 0, "input": [{"name": "S", "data_type": "TYPE_STRING", "dims": [1]}]}
-    request, _ = decode_raw_request(b"hello", "m", "", strings)
+    request, _ = decode_raw_request(b"hello", "m", "", from_json_dict(strings))
     assert list(request.inputs[0].data) == [b"hello"]
 
 
@@ -295,7 +295,7 @@ def test_raw_request_is_the_single_input_with_batch_one() -> None:
     ],
 )
 def test_raw_request_errors(config: dict[str, Any], message: str) -> None:
-    error = error_of(decode_raw_request, b"12345", "m", "", config)
+    error = error_of(decode_raw_request, b"12345", "m", "", from_json_dict(config))
     assert (error.code, error.message) == (ErrorCode.INVALID_ARG, message)
 
 

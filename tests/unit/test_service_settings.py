@@ -4,6 +4,7 @@ takes, how it words a refusal, what a bad value leaves applied, and the order it
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ def test_log_format_is_refused_as_triton_words_it(service: InferenceService) -> 
         "invalid argument for --log_format, got: xml",
     )
     assert refusal(service.update_log_settings, {"log_format": "iso8601"})[1].endswith("got: iso8601")
-    assert service.update_log_settings({"log_format": "ISO8601"})["log_format"] == "ISO8601"
+    assert service.update_log_settings({"log_format": "ISO8601"}).log_format == "ISO8601"
 
 
 def test_log_file_cannot_be_changed_even_to_empty(service: InferenceService) -> None:
@@ -41,7 +42,7 @@ def test_log_file_cannot_be_changed_even_to_empty(service: InferenceService) -> 
             ErrorCode.UNSUPPORTED,
             "log file location can not be updated through network protocol",
         )
-    assert service.update_log_settings({"log_file": None})["log_file"] == ""
+    assert service.update_log_settings({"log_file": None}).log_file == ""
 
 
 def test_log_values_of_the_wrong_type(service: InferenceService) -> None:
@@ -61,19 +62,19 @@ def test_log_values_of_the_wrong_type(service: InferenceService) -> None:
 
 def test_log_settings_apply_in_order_until_the_first_bad_one(service: InferenceService) -> None:
     refusal(service.update_log_settings, {"log_format": "xml", "log_info": False})
-    assert service.update_log_settings({})["log_info"] is False  # log_info comes before log_format
+    assert service.update_log_settings({}).log_info is False  # log_info comes before log_format
     service.update_log_settings({"log_info": True})
 
 
 def test_verbose_level_is_a_32_bit_int(service: InferenceService) -> None:
     for given, kept in ((2**31 - 1, 2**31 - 1), (2**31, 0), (2**32 + 1, 1), (2**64 - 1, 0), (3, 3)):
-        assert service.update_log_settings({"log_verbose_level": given})["log_verbose_level"] == kept
+        assert service.update_log_settings({"log_verbose_level": given}).log_verbose_level == kept
     service.update_log_settings({"log_verbose_level": 0})
 
 
 # ------------------------------------------------------------------------------------------ trace
 def test_trace_settings_in_tritons_order(service: InferenceService) -> None:
-    assert list(service.trace_settings().items()) == [
+    assert list(asdict(service.trace_settings()).items()) == [
         ("trace_level", ["OFF"]),
         ("trace_rate", "1000"),
         ("trace_count", "-1"),
@@ -132,9 +133,9 @@ def test_trace_file_cannot_be_changed(service: InferenceService) -> None:
 
 def test_trace_numbers_are_read_as_triton_reads_them(service: InferenceService) -> None:
     for given, kept in (("-5", "4294967291"), ("1.5", "1"), (" 7x", "7"), ("+8", "8"), ("0", "0")):
-        assert service.update_trace_settings({"trace_rate": given})["trace_rate"] == kept
-    assert service.update_trace_settings({"log_frequency": "-1"})["log_frequency"] == "4294967295"
-    assert service.update_trace_settings({"trace_count": "-1"})["trace_count"] == "-1"
+        assert service.update_trace_settings({"trace_rate": given}).trace_rate == kept
+    assert service.update_trace_settings({"log_frequency": "-1"}).log_frequency == "4294967295"
+    assert service.update_trace_settings({"trace_count": "-1"}).trace_count == "-1"
 
 
 def test_trace_levels_and_mode_that_change_nothing(service: InferenceService) -> None:
@@ -147,14 +148,14 @@ def test_trace_levels_and_mode_that_change_nothing(service: InferenceService) ->
 def test_null_resets_a_global_setting_to_its_default(service: InferenceService) -> None:
     service.update_trace_settings({"trace_rate": "9", "trace_count": "3", "log_frequency": "2"})
     reset = service.update_trace_settings({"trace_rate": None, "trace_count": None, "log_frequency": None})
-    assert (reset["trace_rate"], reset["trace_count"], reset["log_frequency"]) == ("1000", "-1", "0")
+    assert (reset.trace_rate, reset.trace_count, reset.log_frequency) == ("1000", "-1", "0")
 
 
 # ------------------------------------------------------------------------------------------ metadata
 def test_system_shared_memory_is_listed_only_when_allowed(tmp_path: Path) -> None:
     manager = ModelManager([tmp_path])
-    off = InferenceService(manager).server_metadata()["extensions"]
-    on = InferenceService(manager, allow_client_shm=True).server_metadata()["extensions"]
+    off = InferenceService(manager).server_metadata().extensions
+    on = InferenceService(manager, allow_client_shm=True).server_metadata().extensions
     assert "system_shared_memory" not in off
     assert on == [
         "classification",
@@ -178,5 +179,5 @@ def test_statistics_of_an_unknown_model(service: InferenceService) -> None:
         ErrorCode.INVALID_ARG,
         "requested model 'x' is not available",
     )
-    assert service.statistics() == {"model_stats": []}
+    assert service.statistics().model_stats == []
     assert service.is_decoupled("x") is False
