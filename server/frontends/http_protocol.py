@@ -205,7 +205,16 @@ class HttpProtocol(asyncio.Protocol):
     def _refuse(self, status: int, message: str) -> None:
         """Answer a request that cannot be read with `status` and close; with a response in flight,
         stop reading and close once it is sent."""
-        if self.idle():
+        cycle = self._parsing
+        if cycle is not None and cycle is self._cycle and not cycle.response_complete:
+            # the request being answered is the broken one (its body, say): its app sees it go away
+            started = isinstance(cycle, AsgiCycle) and cycle.response_started
+            cycle.disconnected = True
+            cycle.wake()
+            if not started:
+                self.writer.write(plain_response(status, message))
+            self.close()
+        elif self.idle():
             self.writer.write(plain_response(status, message))
             self.close()
         else:
@@ -313,7 +322,12 @@ class HttpProtocol(asyncio.Protocol):
     async def _answer(self, cycle: FastCycle) -> None:
         direct = self._state.direct
         assert direct is not None
-        response, rest = await fast_response(direct, cycle)
+        try:
+            response, rest = await fast_response(direct, cycle)
+        except Exception:  # infer_direct answers its errors itself: this is a bug, still answered
+            log.exception("answering POST .../%s/infer failed", cycle.model)
+            response, rest = plain_response(500, "Internal Server Error"), b""
+            cycle.keep_alive = False
         if cycle.disconnected:
             return
         self.writer.write_response(response, rest)
