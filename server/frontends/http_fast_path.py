@@ -50,10 +50,11 @@ def fast_cycle(app: DirectInference, target: bytes, headers: list[tuple[bytes, b
     return FastCycle(route[0], route[1], found)
 
 
-async def fast_response(app: DirectInference, cycle: FastCycle) -> tuple[bytes, bytes]:
-    """The answer to `cycle`'s request: (head with as much of the body as is worth copying into one
-    buffer, the rest of the body)."""
-    status, headers, payload = await app.infer_direct(cycle.model, cycle.version, cycle.headers, cycle.body)
+def fast_response(
+    cycle: FastCycle, status: int, headers: list[tuple[bytes, bytes]], payload: bytes
+) -> tuple[bytes, bytes]:
+    """The bytes of the answer `infer_direct` gave to `cycle`'s request: (head with as much of the
+    body as is worth copying into one buffer, the rest of the body)."""
     parts = [STATUS_LINE[status]]
     for name, value in headers:
         parts += (name, b": ", value, b"\r\n")

@@ -36,7 +36,8 @@ _ASGI = {"version": "3.0", "spec_version": "2.3"}
 
 class ServerState:
     """What one listening server's connections share: the app, the turn order of their reads, the
-    open connections and the tasks answering requests (which shutdown waits for)."""
+    open connections and the tasks running the ASGI app (shutdown waits for these and for every
+    connection to go idle)."""
 
     def __init__(self, app: ASGIApp, loop: asyncio.AbstractEventLoop, keep_alive_timeout: float) -> None:
         self.app = app
@@ -71,6 +72,7 @@ class HttpProtocol(asyncio.Protocol):
         self._parsing: AsgiCycle | FastCycle | None = None  # the request whose body is being read
         self._ignoring = False  # what else arrives is not read: the connection closes when answered
         self._close_when_done = False
+        self._answering: asyncio.Task[None] | None = None  # the fast path's answer
         self._last_request = False  # the request being read is the connection's last
         self._lost = False
         self._read_paused = False
@@ -304,26 +306,34 @@ class HttpProtocol(asyncio.Protocol):
         if self._last_request:
             self._ignoring = True
         if type(cycle) is FastCycle:
-            self._spawn(self._answer(cycle))
+            # a task of its own, kept by the connection (shutdown waits for connections to go idle):
+            # no shared set and done callback on this path, the hottest one
+            self._answering = self._loop.create_task(self._answer(cycle))
         elif isinstance(cycle, AsgiCycle):
             cycle.more_body = False
             cycle.wake()
 
     # answering -------------------------------------------------------------------------------------
     def _start(self, cycle: AsgiCycle) -> None:
-        self._spawn(cycle.run(self._state.app))
-
-    def _spawn(self, coroutine: Any) -> None:
         tasks = self._state.tasks
-        task = self._loop.create_task(coroutine)
+        task = self._loop.create_task(cycle.run(self._state.app))
         tasks.add(task)  # the server's shutdown waits for these
         task.add_done_callback(tasks.discard)
+
+    def cancel(self) -> None:
+        """Past the shutdown's grace period: stop answering."""
+        if self._answering is not None:
+            self._answering.cancel()
+        self.close()
 
     async def _answer(self, cycle: FastCycle) -> None:
         direct = self._state.direct
         assert direct is not None
         try:
-            response, rest = await fast_response(direct, cycle)
+            status, headers, payload = await direct.infer_direct(
+                cycle.model, cycle.version, cycle.headers, cycle.body
+            )
+            response, rest = fast_response(cycle, status, headers, payload)
         except Exception:  # infer_direct answers its errors itself: this is a bug, still answered
             log.exception("answering POST .../%s/infer failed", cycle.model)
             response, rest = plain_response(500, "Internal Server Error"), b""

@@ -41,7 +41,7 @@ class HttpServerHandle:
         for task in list(state.tasks):  # past the grace period: cut short
             task.cancel()
         for connection in list(state.connections):
-            connection.close()
+            connection.cancel()
         if state.tasks:
             await asyncio.wait(list(state.tasks), timeout=1.0)
         close = getattr(self._app, "close", None)
