@@ -350,7 +350,9 @@ def test_reuse_port_lets_two_servers_share_a_port() -> None:
 
 
 @pytest.mark.parametrize("target", ["/echo", "/v2/models/m/infer"])
-def test_a_malformed_chunked_body_gets_400_and_the_app_sees_the_client_go(served: Served, target: str) -> None:
+def test_a_malformed_chunked_body_gets_400_and_the_app_sees_the_client_go(
+    served: Served, target: str
+) -> None:
     with connect(served) as sock, sock.makefile("rb") as stream:
         sock.sendall(request("POST", target, b"", "Transfer-Encoding: chunked") + b"5\r\nhello\r\nzz\r\n")
         status, headers, _ = read_response(stream)
