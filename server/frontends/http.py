@@ -1,5 +1,5 @@
 """The KServe v2 REST front end with Triton's extensions: a raw ASGI app over InferenceService, served by
-uvicorn (httptools, uvloop), JSON by orjson.
+tcli's HTTP/1.1 server (server/frontends/http_server.py, httptools on uvloop), JSON by orjson.
 
 Routes, methods and answers follow Triton's HTTP server (server/src/http_server.cc), in its order:
 

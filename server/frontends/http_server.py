@@ -1,14 +1,19 @@
-"""Serving an ASGI app over HTTP/1.1 from the running event loop: uvicorn's server with tcli's
-transport (http_transport.py), bound to the address the settings name."""
+"""Serving an ASGI app over HTTP/1.1 from the running event loop: tcli's own connection protocol
+(http_protocol.py) on a socket bound to the address the settings name, through asyncio's documented
+server API (`loop.create_server`)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 from dataclasses import dataclass
 from typing import Any
 
-from server.frontends.http_transport import CoalescingHttpToolsProtocol
+from server.frontends.http_protocol import HttpProtocol, ServerState
+
+KEEP_ALIVE_TIMEOUT = 75.0  # seconds an idle keep-alive connection stays open
+GRACEFUL_SHUTDOWN_TIMEOUT = 10.0  # seconds shutdown waits for requests in flight
 
 
 @dataclass
@@ -17,14 +22,28 @@ class HttpServerHandle:
     flight, close)."""
 
     port: int
-    _server: Any
-    _sockets: list[socket.socket]
+    _server: asyncio.AbstractServer
+    _state: ServerState
     _app: Any
+    _sweeper: asyncio.Task[None]
 
     async def shutdown(self) -> None:
-        server = self._server
-        server.should_exit = True
-        await server.shutdown(sockets=self._sockets)
+        state = self._state
+        state.shutting_down = True
+        self._server.close()  # no new connections
+        self._sweeper.cancel()
+        for connection in list(state.connections):
+            connection.shutdown()  # idle ones close now, busy ones once answered
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + GRACEFUL_SHUTDOWN_TIMEOUT
+        while (state.tasks or state.connections) and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        for task in list(state.tasks):  # past the grace period: cut short
+            task.cancel()
+        for connection in list(state.connections):
+            connection.cancel()
+        if state.tasks:
+            await asyncio.wait(list(state.tasks), timeout=1.0)
         close = getattr(self._app, "close", None)
         if callable(close):
             close()
@@ -37,7 +56,7 @@ def _bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if reuse_port:  # --reuse-http-port: several servers on one port, the kernel spreads connections
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        if family == socket.AF_INET6:
+        if family == socket.AF_INET6:  # "::" serves IPv4 too
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind((host, port))
@@ -48,36 +67,37 @@ def _bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     return sock
 
 
-async def serve_http(app: Any, host: str, port: int, *, reuse_port: bool = False) -> HttpServerHandle:
-    """Serve `app` on host:port (0: any free port; the handle tells which) from the running event loop
-    with uvicorn's httptools protocol. Signals are left to the caller; raises OSError when the address
-    cannot be bound."""
-    import uvicorn
+async def _close_idle(state: ServerState) -> None:
+    """Close keep-alive connections idle for longer than the keep-alive timeout, checked a few times
+    per timeout (one sweep instead of a timer re-armed per request)."""
+    timeout = state.keep_alive_timeout
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(min(timeout / 4, 5.0))
+        now = loop.time()
+        for connection in list(state.connections):
+            if connection.idle() and now - connection.last_active > timeout:
+                connection.close()
 
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        http=CoalescingHttpToolsProtocol,
-        loop="none",
-        lifespan="off",
-        ws="none",
-        interface="asgi3",
-        log_config=None,
-        access_log=False,
-        server_header=False,
-        date_header=False,
-        proxy_headers=False,
-        timeout_keep_alive=75,
-        timeout_graceful_shutdown=10,
-    )
-    config.load()
-    server = uvicorn.Server(config)
-    server.lifespan = config.lifespan_class(config)
+
+async def serve_http(
+    app: Any,
+    host: str,
+    port: int,
+    *,
+    reuse_port: bool = False,
+    keep_alive_timeout: float = KEEP_ALIVE_TIMEOUT,
+) -> HttpServerHandle:
+    """Serve `app` (an ASGI 3 app; one with http_direct's interface also answers inference requests
+    directly) on host:port (0: any free port; the handle tells which) from the running event loop.
+    Signals are left to the caller; raises OSError when the address cannot be bound."""
+    loop = asyncio.get_running_loop()
+    state = ServerState(app, loop, keep_alive_timeout)
     sock = _bind(host, port, reuse_port)
     try:
-        await server.startup(sockets=[sock])
+        server = await loop.create_server(lambda: HttpProtocol(state), sock=sock, backlog=2048)
     except BaseException:
         sock.close()
         raise
-    return HttpServerHandle(int(sock.getsockname()[1]), server, [sock], app)
+    sweeper = loop.create_task(_close_idle(state))
+    return HttpServerHandle(int(sock.getsockname()[1]), server, state, app, sweeper)

@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import gevent
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
@@ -119,7 +120,7 @@ def test_sigterm_drains_in_flight_requests(slow_repo: Path) -> None:
     started = slow_repo / "slow" / "started"
     deadline = time.monotonic() + 30
     while not started.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
+        gevent.sleep(0.01)  # the client sends from a greenlet: time.sleep would never let it run
     assert started.exists(), "the request never reached the model"
     code = served.stop()  # SIGTERM while the request executes
     result = pending.get_result()

@@ -1,4 +1,4 @@
-"""The metrics endpoint, served by uvicorn over real loaded models, passes Prometheus' own checker
+"""The metrics endpoint, served by tcli's HTTP server over real loaded models, passes Prometheus' own checker
 (`promtool check metrics`) and draws exactly the objections promtool draws against real Triton 2.51.
 
 Triton's names break three of promtool's naming conventions (counters without `_total`, `_count`
@@ -14,10 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import subprocess
 import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +24,8 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 
+from server.frontends.http_server import serve_http
 from server.frontends.metrics import CONTENT_TYPE, create_metrics_app
 from server.protocol.errors import TritonError
 from server.protocol.types import InferenceRequest, Tensor
@@ -108,16 +106,13 @@ def families(exposition: bytes) -> dict[str, tuple[str, str, set[frozenset[str]]
 
 # ----------------------------------------------------------------------------------------- tcli side
 class MetricsServer:
-    """create_metrics_app under a real uvicorn on a free port, in a thread."""
+    """create_metrics_app served as `tcli serve` serves it (serve_http), on a free port, in a thread."""
 
     def __init__(self, manager: ModelManager) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        config = uvicorn.Config(create_metrics_app(manager), log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.app = create_metrics_app(manager)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.port = 0
 
     @property
     def url(self) -> str:
@@ -125,16 +120,16 @@ class MetricsServer:
 
     def __enter__(self) -> MetricsServer:
         self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:  # uvicorn's own readiness flag
-            assert self.thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
+        started = asyncio.run_coroutine_threadsafe(serve_http(self.app, "127.0.0.1", 0), self.loop)
+        self.handle = started.result(30)
+        self.port = self.handle.port
         return self
 
     def __exit__(self, *_: object) -> None:
-        self.server.should_exit = True
+        asyncio.run_coroutine_threadsafe(self.handle.shutdown(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(30)
-        self.sock.close()
+        self.loop.close()
 
 
 def simple_request(rows: int, with_second_input: bool = True) -> InferenceRequest:
