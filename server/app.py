@@ -192,7 +192,12 @@ class Server:
                 shm_registry=self.shm_registry,
             )
             handle = await serve_http(
-                app, settings.host, settings.http_port, reuse_port=settings.reuse_http_port
+                app,
+                settings.host,
+                settings.http_port,
+                reuse_port=settings.reuse_http_port,
+                direct=app,
+                on_close=app.close,
             )
             self.http_port = handle.port
             self._handles.append(handle)

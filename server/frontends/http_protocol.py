@@ -39,10 +39,15 @@ class ServerState:
     open connections and the tasks running the ASGI app (shutdown waits for these and for every
     connection to go idle)."""
 
-    def __init__(self, app: ASGIApp, loop: asyncio.AbstractEventLoop, keep_alive_timeout: float) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        loop: asyncio.AbstractEventLoop,
+        keep_alive_timeout: float,
+        direct: DirectInference | None = None,
+    ) -> None:
         self.app = app
-        # an app with the fast path's interface answers plain inference requests outside ASGI
-        self.direct: DirectInference | None = app if hasattr(app, "infer_direct") else None  # type: ignore[assignment]
+        self.direct = direct  # answers plain inference requests outside ASGI, when given
         self.loop = loop
         self.turns = TurnOrder(loop)
         self.keep_alive_timeout = keep_alive_timeout

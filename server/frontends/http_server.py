@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from server.frontends.http_direct import DirectInference
 from server.frontends.http_protocol import HttpProtocol, ServerState
 
 KEEP_ALIVE_TIMEOUT = 75.0  # seconds an idle keep-alive connection stays open
@@ -24,7 +26,7 @@ class HttpServerHandle:
     port: int
     _server: asyncio.AbstractServer
     _state: ServerState
-    _app: Any
+    _on_close: Callable[[], None] | None
     _sweeper: asyncio.Task[None]
 
     async def shutdown(self) -> None:
@@ -44,9 +46,8 @@ class HttpServerHandle:
             connection.cancel()
         if state.tasks:
             await asyncio.wait(list(state.tasks), timeout=1.0)
-        close = getattr(self._app, "close", None)
-        if callable(close):
-            close()
+        if self._on_close is not None:
+            self._on_close()
 
 
 def _bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
@@ -87,12 +88,15 @@ async def serve_http(
     *,
     reuse_port: bool = False,
     keep_alive_timeout: float = KEEP_ALIVE_TIMEOUT,
+    direct: DirectInference | None = None,
+    on_close: Callable[[], None] | None = None,
 ) -> HttpServerHandle:
-    """Serve `app` (an ASGI 3 app; one with http_direct's interface also answers inference requests
-    directly) on host:port (0: any free port; the handle tells which) from the running event loop.
-    Signals are left to the caller; raises OSError when the address cannot be bound."""
+    """Serve `app` (an ASGI 3 app) on host:port (0: any free port; the handle tells which) from the
+    running event loop; `direct` (http_direct's interface, usually the same object) answers plain
+    inference requests outside ASGI, and `on_close` runs once shutdown has finished. Signals are left
+    to the caller; raises OSError when the address cannot be bound."""
     loop = asyncio.get_running_loop()
-    state = ServerState(app, loop, keep_alive_timeout)
+    state = ServerState(app, loop, keep_alive_timeout, direct)
     sock = _bind(host, port, reuse_port)
     try:
         server = await loop.create_server(lambda: HttpProtocol(state), sock=sock, backlog=2048)
@@ -100,4 +104,4 @@ async def serve_http(
         sock.close()
         raise
     sweeper = loop.create_task(_close_idle(state))
-    return HttpServerHandle(int(sock.getsockname()[1]), server, state, app, sweeper)
+    return HttpServerHandle(int(sock.getsockname()[1]), server, state, on_close, sweeper)

@@ -107,7 +107,9 @@ class Served:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.app = self.call(lambda: _make_app())
-        self.handle: HttpServerHandle = self.call(lambda: serve_http(self.app, host, port, **options))
+        self.handle: HttpServerHandle = self.call(
+            lambda: serve_http(self.app, host, port, direct=self.app, **options)
+        )
         self.port = self.handle.port
 
     def call(self, make: Callable[[], Any]) -> Any:
