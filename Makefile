@@ -1,30 +1,60 @@
 # The two set-up commands of the README, each creating its own virtual environment:
 #   make serve   install, then serve ./model_repository on :8000 (HTTP), :8001 (gRPC), :8002 (metrics)
 #   make test    install with the test extras, then run the whole test suite
+# and two checks of pyproject.toml's version ranges, each in a virtual environment of its own:
+#   make test-oldest   the suite on the lowest version each range allows (.venv-oldest)
+#   make test-newest   the suite on the newest versions released today (.venv-newest)
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
+# uv's --resolution: highest (make test, make serve, make test-newest) or lowest-direct (make test-oldest)
+RESOLUTION ?= highest
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 REFERENCE_SETUP := ../shared/reference/setup-triton.sh
 PYTEST_ARGS ?=
+# the test extra takes in the gcs, azure, mlflow and plot extras
+EXTRAS := torch,test
 
-.PHONY: serve test lint models reference promtool tinyproxy haproxy azurite completions clean
+.PHONY: serve test test-oldest test-newest lint models reference promtool tinyproxy haproxy azurite \
+  completions clean
 
+# uv resolves from PyPI alone; a new pyproject.toml starts the environment afresh, so that it holds
+# exactly what the ranges resolve to today. $(VENV)/versions.txt lists what was installed.
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(PYTHON) -m venv --clear $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip 'uv>=0.9,<0.14'
 	@# torch's CPU build first: a plain `torch` requirement would pull a multi-GB CUDA build. On these
 	@# machines pip finds torch==2.13.0 (CPU) on local disk; elsewhere PyTorch's CPU wheel index serves it.
+	@# uv then leaves torch out of its resolution (--excludes), so that it never swaps in a CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0 2>/dev/null || \
-	  $(BIN)/pip install --quiet torch --index-url https://download.pytorch.org/whl/cpu
-	$(BIN)/pip install --quiet -e '.[torch,test]' --config-settings editable_mode=compat
+	  $(BIN)/pip install --quiet 'torch>=2.13,<3' --index-url https://download.pytorch.org/whl/cpu
+	echo torch > $(VENV)/uv-excludes.txt
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --resolution $(RESOLUTION) \
+	  --excludes $(VENV)/uv-excludes.txt -C editable_mode=compat -e '.[$(EXTRAS)]'
+	$(BIN)/uv pip freeze --quiet --python $(BIN)/python --exclude-editable > $(VENV)/versions.txt
 	touch $(STAMP)
 
 serve: $(STAMP)
 	$(BIN)/tcli serve model_repository
 
 test: $(STAMP) reference promtool tinyproxy haproxy azurite
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(VENV)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The lowest version of each of tcli's own requirements (uv's lowest-direct; what they pull in is the
+# newest that fits). .ci/lowest_check.py first fails when a lower bound could not be installed as such.
+# mypy is left out here: it checks the code against the libraries' type annotations, which older
+# releases lack or spell differently; make test runs it on the newest.
+test-oldest:
+	$(MAKE) .venv-oldest/.installed VENV=.venv-oldest RESOLUTION=lowest-direct
+	.venv-oldest/bin/python .ci/lowest_check.py
+	$(MAKE) test VENV=.venv-oldest RESOLUTION=lowest-direct \
+	  PYTEST_ARGS="--deselect tests/test_code_quality.py::test_mypy $(PYTEST_ARGS)"
+
+# The newest versions the ranges allow, resolved afresh at each run (make test keeps its .venv until
+# pyproject.toml changes).
+test-newest:
+	rm -f .venv-newest/.installed
+	$(MAKE) test VENV=.venv-newest RESOLUTION=highest
 
 # promtool (Debian package prometheus) checks the metrics exposition; its test is skipped without it.
 promtool:
@@ -75,4 +105,4 @@ completions: $(STAMP)
 	$(BIN)/python -m tcli.completions
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-oldest .venv-newest .pytest_cache .mypy_cache .ruff_cache
