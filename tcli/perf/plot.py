@@ -18,7 +18,7 @@ def write_plot(path: Path, results: Sequence[LevelResult], model: str, concurren
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise CliError("--plot needs matplotlib: pip install matplotlib") from None
+        raise CliError("--plot needs matplotlib: pip install 'tcli[plot]'") from None
     measured = [r for r in results if r.latency is not None]
     if not measured:
         raise CliError("--plot: nothing was measured")
