@@ -196,7 +196,7 @@ class HttpFrontend:
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """The whole answer (status, headers without content-length, body) to an inference request
         whose body was read whole and within the size limit, outside ASGI: the HTTP protocol's fast
-        path (http_transport). Answers errors as __call__ does; never raises."""
+        path (http_fast_path). Answers errors as __call__ does; never raises."""
         try:
             payload, response_headers = await self._infer_body(model, version, headers, body)
             return 200, response_headers, payload
