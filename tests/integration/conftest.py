@@ -5,7 +5,6 @@ unloaded) at the end; start-up waits on the server binding, never on sleeps."""
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,15 +19,6 @@ from server.service import InferenceService
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
 FRAMEWORK_MODELS = ["simple", "densenet_onnx", "digits_onnx", "digits_torchscript"]
 PYTHON_MODELS = ["add_sub", "simple_identity"]
-
-
-def python_host_available() -> bool:
-    """Python-backend models need the host module (server/backends/python/host.py)."""
-    try:
-        importlib.import_module("server.backends.python.host")
-    except Exception:
-        return False
-    return True
 
 
 @dataclass
@@ -118,7 +108,7 @@ def start_server(
 def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """Explicit control mode, client shared memory allowed; the ONNX and TorchScript example models
     (and the python ones when the python backend host is there) loaded at start-up."""
-    models = FRAMEWORK_MODELS + (PYTHON_MODELS if python_host_available() else [])
+    models = FRAMEWORK_MODELS + PYTHON_MODELS
     repository = link_repository(tmp_path_factory.mktemp("repo") / "models", models)
     server = start_server(repository, ControlMode.EXPLICIT, models, allow_client_shm=True)
     try:

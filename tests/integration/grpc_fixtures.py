@@ -12,7 +12,7 @@ import pytest
 
 from server.frontends.grpc import GRPC_IMPLEMENTATIONS
 from server.repository.manager import ControlMode
-from tests.integration.conftest import RunningServer, link_repository, python_host_available, start_server
+from tests.integration.conftest import RunningServer, link_repository, start_server
 
 GRPC_FRAMEWORK_MODELS = ["simple", "digits_torchscript", "digits_ensemble"]
 GRPC_PYTHON_MODELS = ["add_sub", "simple_identity", "simple_sequence"]
@@ -49,7 +49,7 @@ def grpc_server(
     """Explicit control mode, client shared memory allowed; the ONNX, TorchScript and ensemble example
     models (and the python ones when the python backend host is there) loaded at start-up; once per
     gRPC implementation."""
-    models = GRPC_FRAMEWORK_MODELS + (GRPC_PYTHON_MODELS if python_host_available() else [])
+    models = GRPC_FRAMEWORK_MODELS + GRPC_PYTHON_MODELS
     repository = link_repository(tmp_path_factory.mktemp("repo") / "models", GRPC_REPOSITORY_MODELS)
     server = start_grpc_server(
         repository, ControlMode.EXPLICIT, models, allow_client_shm=True, implementation=request.param

@@ -23,11 +23,7 @@ import numpy as np
 import pytest
 
 from server.repository.manager import ControlMode
-from tests.integration.conftest import REPO, RunningServer, python_host_available, start_server
-
-pytestmark = pytest.mark.skipif(
-    not python_host_available(), reason="python backend host (server.backends.python.host) not importable"
-)
+from tests.integration.conftest import REPO, RunningServer, start_server
 
 FAILING_PY = """
 class TritonPythonModel:

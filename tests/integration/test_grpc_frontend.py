@@ -22,14 +22,9 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.conftest import python_host_available
 from tests.integration.grpc_fixtures import RunningGrpcServer, grpc_server
 
 __all__ = ["grpc_server"]  # the fixture, re-exported for pytest
-
-needs_python_host = pytest.mark.skipif(
-    not python_host_available(), reason="python backend host (server.backends.python.host) not importable"
-)
 
 
 @pytest.fixture(scope="module")
@@ -204,7 +199,6 @@ def test_infer_torchscript_and_the_ensemble_with_classification(
     assert sum(int(row[0].decode().split(":")[1]) == t for row, t in zip(top, truth, strict=True)) >= 7
 
 
-@needs_python_host
 def test_infer_python_models(client: grpcclient.InferenceServerClient) -> None:
     inputs, a, b = add_sub_inputs()
     result = client.infer("add_sub", inputs)
@@ -218,7 +212,6 @@ def test_infer_python_models(client: grpcclient.InferenceServerClient) -> None:
     assert echoed.tolist() == strings.tolist()
 
 
-@needs_python_host
 def test_tensors_larger_than_grpcs_default_4_mib_limit(client: grpcclient.InferenceServerClient) -> None:
     big = np.array([[b"x" * (6 * 2**20)]], dtype=object)
     tensor = grpcclient.InferInput("INPUT0", [1, 1], "BYTES")
@@ -227,7 +220,6 @@ def test_tensors_larger_than_grpcs_default_4_mib_limit(client: grpcclient.Infere
     assert len(echoed[0][0]) == 6 * 2**20
 
 
-@needs_python_host
 def test_typed_contents_as_other_clients_send_them(stub: Any) -> None:
     Input = pb.ModelInferRequest.InferInputTensor
     request = pb.ModelInferRequest(
@@ -320,7 +312,6 @@ def test_asyncio_client(grpc_server: RunningGrpcServer) -> None:
 
 
 # ------------------------------------------------------------------------------------ streaming
-@needs_python_host
 def test_stream_a_sequence_with_start_and_end(client: grpcclient.InferenceServerClient) -> None:
     answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
     client.start_stream(callback=lambda result, error: answers.put((result, error)))
@@ -434,7 +425,6 @@ def test_repository_errors(stub: Any) -> None:
 
 
 # ------------------------------------------------------------------------------------ shared memory
-@needs_python_host
 def test_system_shared_memory(client: grpcclient.InferenceServerClient) -> None:
     key = f"/tcli-grpc-{uuid.uuid4().hex[:8]}"
     handle = shm.create_shared_memory_region("io", key, 64)

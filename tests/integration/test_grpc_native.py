@@ -21,10 +21,8 @@ from tritonclient.utils import InferenceServerException
 
 from server.frontends.grpc import GRPC_IMPLEMENTATIONS
 from server.repository.manager import ControlMode
-from tests.integration.conftest import link_repository, python_host_available
+from tests.integration.conftest import link_repository
 from tests.integration.grpc_fixtures import RunningGrpcServer, start_grpc_server
-
-pytestmark = pytest.mark.skipif(not python_host_available(), reason="python backend host not importable")
 
 WAIT = 30.0  # failure timeout; never reached when things work
 

@@ -21,11 +21,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.conftest import RunningServer, python_host_available
-
-needs_python_host = pytest.mark.skipif(
-    not python_host_available(), reason="python backend host (server.backends.python.host) not importable"
-)
+from tests.integration.conftest import RunningServer
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +182,6 @@ def test_classification_on_a_non_batching_model(client: httpclient.InferenceServ
     assert len(first) == 3 and float(first[0]) >= float(second[0])
 
 
-@needs_python_host
 def test_python_models_json_binary_and_bytes(client: httpclient.InferenceServerClient) -> None:
     x = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
     y = np.ones(4, dtype=np.float32)
@@ -838,7 +833,6 @@ DIFFERENTIAL_CASES: list[tuple[str, str, dict[str, Any]]] = [
 
 
 @pytest.mark.reference
-@needs_python_host
 def test_answers_match_real_triton(tmp_path_factory: pytest.TempPathFactory) -> None:
     from server.repository.manager import ControlMode
     from tests.integration.conftest import link_repository, start_server

@@ -15,9 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from server.repository.manager import ControlMode
-from tests.integration.conftest import RunningServer, python_host_available, start_server
-
-pytestmark = pytest.mark.skipif(not python_host_available(), reason="python backend host unavailable")
+from tests.integration.conftest import RunningServer, start_server
 
 CONFIG = """
 name: "{name}"

@@ -45,7 +45,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from server.app import QUIET_SECS
-from tests.integration.conftest import REPO, python_host_available
+from tests.integration.conftest import REPO
 from tests.reference import free_port
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
@@ -54,7 +54,6 @@ CLIENTS = 3  # client threads, each with one request in flight at a time
 CHECK_INTER_MS = 250
 FALL = RISE = 2
 
-pytestmark = pytest.mark.skipif(not python_host_available(), reason="add_sub needs the python backend host")
 needs_haproxy = pytest.mark.skipif(
     not os.access(HAPROXY, os.X_OK), reason="haproxy is not installed (apt-get install haproxy)"
 )

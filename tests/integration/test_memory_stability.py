@@ -16,10 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import link_repository, python_host_available, start_server
+from tests.integration.conftest import link_repository, start_server
 from tests.integration.serve_process import ServeProcess, drive
-
-pytestmark = pytest.mark.skipif(not python_host_available(), reason="needs the python backend host")
 
 WARM_UP = 1000
 MEASURED = 3000

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import link_repository, python_host_available
+from tests.integration.conftest import link_repository
 
 FRAMEWORKS = ("torch", "onnxruntime")
 
@@ -62,7 +62,6 @@ def frameworks_imported(repository: Path) -> list[str]:
         pytest.param(
             ["add_sub"],
             [],
-            marks=pytest.mark.skipif(not python_host_available(), reason="needs the python backend host"),
         ),
     ],
 )
