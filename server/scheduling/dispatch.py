@@ -172,8 +172,9 @@ class LoopDispatcher:
         out = self._out[index]
         ahead = out[0] is sent
         out.remove(sent)
-        if results and all(isinstance(result, NotStarted) for result in results):
-            # its instance went away before starting it: the batch waits for an instance again
+        if results and type(results[0]) is NotStarted:
+            # its instance went away before starting it (NotStarted answers a whole batch, never
+            # part of one): the batch waits for an instance again
             self.waiting.appendleft(sent.batch)
             self._release(index)
             return

@@ -134,7 +134,8 @@ class SequenceScheduler(Scheduler):
         self._queued = 0  # requests in slot queues and the backlog (not yet in a batch / batcher)
         # Triton's test knobs (direct strategy): no batch until this many requests are queued in the
         # slots, and this many in the backlog
-        self._hold = (delay_count(), backlog_delay_count()) if self.strategy == _STRATEGY_DIRECT else (0, 0)
+        hold = (delay_count(), backlog_delay_count())
+        self._hold: tuple[int, int] | None = hold if self.strategy == _STRATEGY_DIRECT and any(hold) else None
         self._closed = False
         self._reaper: threading.Thread | None = None
         self._reaper_wake = threading.Condition(self._lock)
@@ -325,19 +326,20 @@ class SequenceScheduler(Scheduler):
     # direct ----------------------------------------------------------------------------------------
     def _held(self) -> bool:
         """Whether Triton's delay knobs still hold every batch back (cleared for good once met)."""
+        assert self._hold is not None
         queued, backlogged = self._hold
-        if not (queued or backlogged) or self._closed:
+        if self._closed:
             return False
         in_slots = sum(len(queue) for instance in self._instances for queue in instance.queues)
         in_backlog = sum(len(backlog.entries) for backlog in self._backlogs)
         if in_slots < queued or in_backlog < backlogged:
             return True
-        self._hold = (0, 0)
+        self._hold = None
         return False
 
     def _next_direct(self, index: int, instance: Instance) -> list[WorkItem] | None:
         while True:
-            if self._held():
+            if self._hold is not None and self._held():
                 instance.ready.wait(_HOLD_POLL_S)  # as Triton, look again every 10 ms
                 continue
             ready = 0

@@ -54,12 +54,15 @@ def grpc_server(layout: tuple[Path, Path]) -> Iterator[RunningServer]:
     yield from _servers(layout[0], "grpc")
 
 
-@pytest.mark.parametrize("name", [*ESCAPES, str(Path("/tmp").resolve())])
+ABSOLUTE = "<absolute path of the model outside>"
+
+
+@pytest.mark.parametrize("name", [*ESCAPES, ABSOLUTE])
 def test_http_load_of_a_path_finds_no_model(
     http_server: RunningServer, layout: tuple[Path, Path], name: str
 ) -> None:
-    if name == "/tmp":
-        name = str(layout[1] / "add_sub")  # an absolute path to the model outside
+    if name == ABSOLUTE:
+        name = str(layout[1] / "add_sub")
     with httpx.Client(base_url=http_server.base_url, timeout=30) as http:
         # every byte percent-encoded: a client would otherwise collapse "." and ".." out of the URL
         encoded = "".join(f"%{byte:02X}" for byte in name.encode())

@@ -75,9 +75,7 @@ def import_model_file(model_file: Path, model_name: str, *, own_process: bool = 
             for path in added:
                 if path in sys.path:
                     sys.path.remove(path)
-            _forget_local_modules(before, model_dir)
-        if own_process:
-            sys.modules[model_file.stem] = module  # kept, unlike the model's other local modules
+            _forget_local_modules(before, model_dir, keep=module)
     return module
 
 
@@ -90,12 +88,13 @@ def forget_module(module: ModuleType) -> None:
         sys.modules.pop(name, None)
 
 
-def _forget_local_modules(before: set[str], model_dir: Path) -> None:
-    """Remove modules imported during the model's import whose files live in the model's folders."""
+def _forget_local_modules(before: set[str], model_dir: Path, keep: ModuleType) -> None:
+    """Remove modules imported during the model's import whose files live in the model's folders
+    (but `keep`, the model itself, under whatever name it was registered)."""
     for name in set(sys.modules) - before:
         module = sys.modules.get(name)
         file = getattr(module, "__file__", None)
-        if name.startswith("_tcli_model_") or not file:
+        if name.startswith("_tcli_model_") or not file or module is keep:
             continue
         try:
             inside = Path(file).resolve().is_relative_to(model_dir)

@@ -552,17 +552,15 @@ class _Process:
                 _LOG.warning("%s", error.message)
                 self.owner.died(self._process.exitcode)
             for position, (batch_id, batch) in enumerate(batches.items()):
-                results: list[Result] = []
-                # the process runs its batches in order: the first was running, the ones behind it
-                # never started and may run elsewhere (unless the instance is being unloaded)
-                not_started = position > 0 and not self._stopping
-                for index in range(batch.size):
-                    still_open = channels.pop((batch_id, index), None) is not None
-                    if not_started:
-                        results.append(NotStarted(self.owner.name, self.owner.instance))
-                    else:
-                        results.append(error if still_open or not batch.senders else None)
-                batch.done(results)
+                still_open = [
+                    channels.pop((batch_id, index), None) is not None for index in range(batch.size)
+                ]
+                if position > 0 and not self._stopping:
+                    # the process runs its batches in order: the first was running, the ones behind
+                    # it never started and may run elsewhere
+                    batch.done([NotStarted(self.owner.name, self.owner.instance)] * batch.size)
+                else:
+                    batch.done([error if is_open or not batch.senders else None for is_open in still_open])
             for channel in channels.values():  # responses still streaming from an earlier batch
                 channel.send(error, True)
         finally:
