@@ -16,7 +16,7 @@ from server.protocol.errors import TritonError, invalid_arg
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-    from server.protocol.types import InferenceRequest, RequestedOutput
+    from server.protocol.types import InferenceRequest
 
 _BATCH_NOTE = (
     "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "
@@ -54,8 +54,8 @@ class RequestRules:
         """Raise Triton's error for the first problem Triton would report, checking in Triton's order:
         requested outputs (in name order), the number of inputs, unknown inputs, the batch
         dimension, then each input's datatype and shape. Inputs are visited in reverse request order,
-        which is the order Triton's hash map gives back. Duplicate requested outputs are dropped (the
-        first one stays), as Triton answers them once."""
+        which is the order Triton's hash map gives back. An output named twice is refused, as current
+        Triton refuses it (2.51 answered it once)."""
         model = self.model
         if request.outputs:
             names = [o.name for o in request.outputs]
@@ -63,10 +63,11 @@ class RequestRules:
             if unknown:
                 raise invalid_arg(f"unexpected inference output '{min(unknown)}' for model '{model}'")
             if len(set(names)) != len(names):
-                first: dict[str, RequestedOutput] = {}
-                for output in request.outputs:
-                    first.setdefault(output.name, output)
-                request.outputs = list(first.values())
+                twice = next(name for index, name in enumerate(names) if name in names[:index])
+                raise invalid_arg(
+                    f"{_prefix(request)}output '{twice}' is requested more than once for model '{model}'; "
+                    "name each output once"
+                )
         inputs = request.inputs[::-1]
         if len(inputs) > len(self.inputs) or len(inputs) < len(self.required):
             raise self._count_error(request)

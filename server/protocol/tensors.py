@@ -23,7 +23,6 @@ memory region (INVALID_ARG over HTTP, INTERNAL over gRPC).
 
 from __future__ import annotations
 
-import math
 import struct
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
@@ -167,7 +166,23 @@ def element_count(shape: tuple[int, ...], name: str, request_id: str, model_name
                 f"Dimensions must not be negative, got {_fmt(shape)}"
             )
         count *= dim
+    if count > INT64_MAX:  # Triton counts in int64: refused before anything is sized from it
+        raise invalid_arg(
+            f"{request_prefix(request_id)}input '{name}' with shape {_fmt(shape)} causes total element "
+            f"count to exceed maximum size of {INT64_MAX}"
+        )
     return count
+
+
+def checked_byte_size(count: int, itemsize: int, name: str, datatype: str, shape: tuple[int, ...]) -> int:
+    """`count` elements of `itemsize` bytes, refused as Triton refuses it past int64."""
+    size = count * itemsize
+    if size > INT64_MAX:
+        raise invalid_arg(
+            f"byte size overflow for input '{name}': shape {_fmt(shape)} of {datatype} is more than "
+            f"{INT64_MAX} bytes"
+        )
+    return size
 
 
 def _byte_size_mismatch(name: str, request_id: str, model_name: str, expected: int, got: int) -> TritonError:
@@ -198,7 +213,7 @@ def from_buffer(
             return np.frombuffer(view, np.uint8)
         short = _grpc_short_length(name, request_id, model_name) if wire == GRPC else None
         return bytes_array(split_bytes(view, name, short), count, name, shape, request_id, model_name)
-    expected = count * dtype.itemsize
+    expected = checked_byte_size(count, dtype.itemsize, name, datatype, shape)
     if byte_size != expected:
         raise _byte_size_mismatch(name, request_id, model_name, expected, byte_size)
     if count == 0:
@@ -253,7 +268,7 @@ def from_json(
             f"receiving {datatype} data via JSON is not supported. Please use the binary data format for "
             f"input {name}"
         )
-    count = math.prod(shape)
+    count = element_count(shape, name, request_id, model_name)
     if datatype == "BYTES":
         flat = data if all(type(v) is str for v in data) else _flatten(data)
         elements: list[bytes] = []
@@ -264,7 +279,7 @@ def from_json(
         return bytes_array(elements, count, name, shape, request_id, model_name, from_json=True)
     if count == 0:
         return np.empty(shape, _DTYPES[datatype])
-    byte_size = count * _DTYPES[datatype].itemsize
+    byte_size = checked_byte_size(count, _DTYPES[datatype].itemsize, name, datatype, shape)
     if byte_size > max_input_size:
         raise invalid_arg(
             f"JSON input '{name}' has a byte_size ({byte_size} bytes) that exceeds the maximum allowed "
@@ -280,7 +295,8 @@ def _flatten(data: list[Any]) -> list[Any]:
     def walk(items: list[Any], depth: int) -> None:
         if depth > MAX_JSON_NESTING_DEPTH:
             raise invalid_arg(
-                f"Unable to parse 'data': JSON nesting is deeper than {MAX_JSON_NESTING_DEPTH} levels"
+                f"Unable to parse 'data': JSON nesting depth exceeds maximum allowed limit "
+                f"({MAX_JSON_NESTING_DEPTH})"
             )
         for item in items:
             if type(item) is list:
@@ -398,7 +414,7 @@ def from_contents(tensor: Any, request_id: str, model_name: str) -> np.ndarray[A
         array = np.array(values, dtype=numpy_type)
         if array.dtype != dtype:  # INT8/INT16/UINT8/UINT16 keep the low bytes of each 32-bit value
             array = array.astype(dtype)
-    expected = count * dtype.itemsize
+    expected = checked_byte_size(count, dtype.itemsize, name, declared, shape)
     if array.nbytes != expected:
         raise _byte_size_mismatch(name, request_id, model_name, expected, array.nbytes)
     return array.reshape(shape)

@@ -270,6 +270,24 @@ def test_infer_errors(client: grpcclient.InferenceServerClient, stub: Any) -> No
         caught.value.message() or ""
     )
 
+    twice = [grpcclient.InferRequestedOutput("OUTPUT0"), grpcclient.InferRequestedOutput("OUTPUT0")]
+    with pytest.raises(InferenceServerException) as caught:
+        client.infer("simple", inputs, outputs=twice, request_id="m2")
+    assert status_of(caught.value) == "INVALID_ARGUMENT"
+    assert caught.value.message() == (
+        "[request id: m2] output 'OUTPUT0' is requested more than once for model 'simple'; name each "
+        "output once"
+    )
+
+    huge = pb.ModelInferRequest.InferInputTensor(name="INPUT0", datatype="INT32", shape=[2**4, 2**60 + 2])
+    huge.contents.int_contents.append(1)
+    with pytest.raises(grpc.RpcError) as raw_error:
+        stub.ModelInfer(pb.ModelInferRequest(model_name="simple", inputs=[huge]))
+    assert raw_error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "causes total element count to exceed maximum size of 9223372036854775807" in (
+        raw_error.value.details() or ""
+    )
+
     request = pb.ModelInferRequest(
         model_name="simple",
         inputs=[pb.ModelInferRequest.InferInputTensor(name="INPUT0", datatype="INT32", shape=[1, 16])],

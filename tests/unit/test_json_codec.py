@@ -503,10 +503,21 @@ BAD_JSON_BODIES: list[tuple[str, Any, str]] = [
         "67108864 bytes. Use --http-max-input-size to increase the limit.",
     ),
     (
-        "absurd product",
-        {"inputs": [_input(shape=[2**32, 2**32])]},
-        "JSON input 'X' has a byte_size (73786976294838206464 bytes) that exceeds the maximum allowed value "
-        "of 67108864 bytes. Use --http-max-input-size to increase the limit.",
+        "element count past int64",
+        {"inputs": [_input(shape=[2**4, 2**60 + 2])]},
+        "[request id: <id_unknown>] input 'X' with shape [16,1152921504606846978] causes total element "
+        "count to exceed maximum size of 9223372036854775807",
+    ),
+    (
+        "byte size past int64",
+        {"inputs": [_input(shape=[2**2, 2**60 + 2])]},
+        "byte size overflow for input 'X': shape [4,1152921504606846978] of FP32 is more than "
+        "9223372036854775807 bytes",
+    ),
+    (
+        "data nested deeper than 100",
+        {"inputs": [_input(shape=[1], data=json.loads("[" * 101 + "1" + "]" * 101))]},
+        "Unable to parse 'data': JSON nesting depth exceeds maximum allowed limit (100)",
     ),
     (
         "duplicate input",
