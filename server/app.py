@@ -112,6 +112,7 @@ class Server:
         self.grpc_port: int | None = None
         self._handles: list[Any] = []
         self._bls: Any = None  # python models' BLS requests run on the front ends' loop while it serves
+        self._model_control: Any = None  # and so do their pb_utils.load_model / unload_model calls
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
@@ -177,9 +178,10 @@ class Server:
             self.manager.start_polling(self.settings.repository_poll_secs)
 
     async def start_frontends(self) -> None:
-        from server import bls
+        from server import bls, model_control
 
         self._bls = bls.install(self.service, asyncio.get_running_loop())
+        self._model_control = model_control.install(self.service, asyncio.get_running_loop())
         settings = self.settings
         if settings.allow_http:
             from server.frontends.http import create_http_app
@@ -233,10 +235,11 @@ class Server:
             await handle.shutdown()
         self._handles.clear()
         if self._bls is not None:
-            from server import bls
+            from server import bls, model_control
 
             bls.uninstall(self._bls)
             self._bls = None
+            model_control.uninstall(self._model_control)
         self.shm_registry.close()  # the front ends are gone: unmap every region still registered
 
     async def unready(self, timeout: float, interrupted: Callable[[], bool] = lambda: False) -> None:

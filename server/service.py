@@ -16,7 +16,7 @@ import contextlib
 import logging
 import re
 import threading
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -315,7 +315,11 @@ class InferenceService:
         if self.manager.mode != ControlMode.EXPLICIT:
             raise unavailable("explicit model load / unload is not allowed if polling is enabled")
 
-    async def load(self, name: str, config_json: str | None = None) -> None:
+    async def load(
+        self, name: str, config_json: str | None = None, files: Mapping[str, bytes] | None = None
+    ) -> None:
+        """Load (or reload) a model, with a JSON config override and the `file:<path>` files of a load
+        request when it carries them."""
         self._require_explicit()
         override = None
         if config_json:
@@ -330,7 +334,7 @@ class InferenceService:
                 # 400 here, the request being at fault. The parser's message goes to the log.
                 log.error("failed to parse the model config override for '%s': %s", name, exc)
                 raise invalid_arg(f"failed to load '{name}', failed to poll from model repository") from None
-        await asyncio.to_thread(self.manager.load, name, override)
+        await asyncio.to_thread(self.manager.load, name, override, files)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Unload a model; a name that is not loaded (or not in the repository) is not an error."""

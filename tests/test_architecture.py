@@ -20,7 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVER_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("composition root", ("server.app",)),
     ("front ends", ("server.frontends",)),
-    ("core service", ("server.service", "server.bls", "server.classification", "server.logs")),
+    (
+        "core service",
+        ("server.service", "server.bls", "server.model_control", "server.classification", "server.logs"),
+    ),
     ("repository", ("server.repository",)),
     ("scheduling", ("server.scheduling", "server.request_checks", "server.stats")),
     ("model configuration", ("server.config",)),

@@ -286,8 +286,8 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelLoad(self, request: Any, context: aio.ServicerContext) -> Any:
         async def work() -> Any:
             _require_no_repository(request.repository_name)
-            config = messages.load_parameters(request)
-            await self.service.load(request.model_name, config)
+            config, files = messages.load_parameters(request)
+            await self.service.load(request.model_name, config, files)
             return pb.RepositoryModelLoadResponse()
 
         return await self._answer_async(context, work)

@@ -386,19 +386,8 @@ class HttpFrontend:
         if type(params) is not dict:
             raise invalid_arg("Unable to parse 'parameters': attempt to get members for non-object")
         if action == "load":
-            config: str | None = None
-            for key, value in params.items():
-                if type(value) is not str:
-                    raise invalid_arg(f"Unable to parse '{key}': attempt to access JSON non-string as string")
-                if key == "config":
-                    config = value
-                elif key.startswith("file:"):
-                    raise unsupported(f"loading model files from the request ('{key}') is not supported")
-                else:
-                    raise invalid_arg(
-                        f"unexpected load parameter '{key}': expected 'config' or 'file:<path>'"
-                    )
-            await self.service.load(model, config)
+            config, files = json_messages.load_parameters(params)
+            await self.service.load(model, config, files)
         else:
             dependents = params.get("unload_dependents", False)
             if type(dependents) is not bool:

@@ -107,9 +107,11 @@ def repository_index_response(index: RepositoryIndexResponse) -> Any:
     )
 
 
-def load_parameters(message: Any) -> str | None:
-    """The config override of a RepositoryModelLoadRequest (None when there is none)."""
+def load_parameters(message: Any) -> tuple[str | None, dict[str, bytes]]:
+    """A RepositoryModelLoadRequest's config override (None when there is none) and the model files
+    it carries, `file:<path>` to their bytes."""
     config: str | None = None
+    files: dict[str, bytes] = {}
     for key, parameter in message.parameters.items():
         which = parameter.WhichOneof("parameter_choice")
         if key == "config":
@@ -119,10 +121,10 @@ def load_parameters(message: Any) -> str | None:
         elif key.startswith("file:"):
             if which != "bytes_param":
                 raise invalid_arg(f"invalid value type for load parameter '{key}', expected bytes_param.")
-            raise unsupported(f"loading model files from the request ('{key}') is not supported")
+            files[key] = parameter.bytes_param
         else:
             raise invalid_arg(f"unrecognized load parameter '{key}'.")
-    return config
+    return config, files
 
 
 def unload_dependents(message: Any) -> bool:

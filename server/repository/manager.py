@@ -23,9 +23,11 @@ from server.backends.base import ModelContext
 from server.backends.devices import visible_gpu_count
 from server.config import backends
 from server.config.model_folder import ModelFolder, scan_model, select_versions
-from server.protocol.errors import ErrorCode, TritonError, internal, not_found, unavailable
+from server.protocol.errors import ErrorCode, TritonError, internal, invalid_arg, not_found, unavailable
+from server.repository.load_failures import NO_VERSION, failed_model, load_failure, poll_failed
 from server.repository.memory import release_freed_memory
 from server.repository.models import ModelState, ServedModel, StatsBook, VersionEntry
+from server.repository.request_files import RequestFiles
 from server.repository.sources import Repository, open_repository
 
 if TYPE_CHECKING:
@@ -77,6 +79,7 @@ class ModelManager:
         self._listeners: list[Callable[[str], None]] = []
         self._poller: RepositoryPoller | None = None
         self._origins: dict[str, Repository] = {}  # the repository each model was last loaded from
+        self._request_files: dict[str, RequestFiles] = {}  # models loaded from their load request's files
 
     # discovery -------------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -116,7 +119,7 @@ class ModelManager:
             folder = repository.folder(name)
             if folder is not None:
                 return repository, folder
-        raise _poll_failed(name)
+        raise poll_failed(name)
 
     # reading ---------------------------------------------------------------------------------------
     def models(self) -> dict[str, ServedModel]:
@@ -195,7 +198,7 @@ class ModelManager:
         for name, model in sorted(self._models.items()):
             for version, entry in sorted(model.versions.items()):
                 if entry.state != ModelState.READY and entry.reason != _UNLOADED:
-                    where = f"'{name}'" if version == _NO_VERSION else f"'{name}' version {version}"
+                    where = f"'{name}'" if version == NO_VERSION else f"'{name}' version {version}"
                     failures.append(f"failed to load {where}: {entry.reason}")
         return failures
 
@@ -232,40 +235,76 @@ class ModelManager:
         with self._lock:
             return self._name_locks.setdefault(name, threading.RLock())
 
-    def load(self, name: str, config_override: ModelConfig | None = None) -> ServedModel:
+    def load(
+        self,
+        name: str,
+        config_override: ModelConfig | None = None,
+        files: Mapping[str, bytes] | None = None,
+    ) -> ServedModel:
         """(Re)load a model; raises TritonError when it ends with no ready version. The new model is
-        built outside the table's lock, so other models load and serve meanwhile."""
+        built outside the table's lock, so other models load and serve meanwhile. `files` (a load
+        request's `file:<path>` parameters, with a config override) replace the repository's folder
+        for this load: the model is loaded from a temporary folder holding just them."""
         with self._model_lock(name):
-            if self.mode == ControlMode.EXPLICIT:
-                self.refresh()  # an explicit load reads the model as the repository holds it now
-            repository, folder = self._locate(name)
-            folder = replace(folder, config_name=self.options.config_name)
-            self._origins[name] = repository
-            with self._lock:
-                old = self._models.get(name)
-                if old is None:
-                    self._models[name] = ServedModel(
-                        name,
-                        folder.path,
-                        versions={v: VersionEntry(v, ModelState.LOADING) for v in folder.versions},
+            if files:
+                if config_override is None:
+                    raise invalid_arg(
+                        f"failed to load '{name}', failed to poll from model repository: 'file:' "
+                        "parameters need a 'config' parameter with the model's configuration"
                     )
-            new = self._build(repository, folder, config_override)
-            release_freed_memory()  # what loading freed: reading the model files, failed instances
-            failed = not new.ready_versions()
-            with self._lock:
-                if failed and old is not None and old.ready_versions():
-                    # keep serving what works; the failure is reported, and a later fix is picked up
-                    old.fingerprint = new.fingerprint
-                    raise _load_failure(name, new)
-                if old is not None:
-                    _keep_unloaded_versions(old, new)
-                self._models[name] = new
-                if old is not None:
-                    _retire(old)
-                self._notify(name)
-            if failed:
-                raise _load_failure(name, new)
-            return new
+                repository: Repository = RequestFiles(name, files)
+                folder = repository.fetch(name)
+            else:
+                if self.mode == ControlMode.EXPLICIT:
+                    self.refresh()  # an explicit load reads the model as the repository holds it now
+                repository, folder = self._locate(name)
+            new_files = repository if isinstance(repository, RequestFiles) else None
+            try:
+                return self._load_from(name, repository, folder, config_override)
+            finally:
+                self._settle_request_files(name, new_files)
+
+    def _settle_request_files(self, name: str, new_files: RequestFiles | None) -> None:
+        """Keep the request files the model now serves from, remove any other (a failed load's, or
+        those a plain reload from the repository replaced)."""
+        serving = self._models.get(name)
+        in_use = serving.path if serving is not None and serving.ready_versions() else None
+        for files in {id(f): f for f in (self._request_files.pop(name, None), new_files) if f}.values():
+            if in_use is not None and in_use.is_relative_to(files.path):
+                self._request_files[name] = files
+            else:
+                files.close()
+
+    def _load_from(
+        self, name: str, repository: Repository, folder: ModelFolder, config_override: ModelConfig | None
+    ) -> ServedModel:
+        folder = replace(folder, config_name=self.options.config_name)
+        self._origins[name] = repository
+        with self._lock:
+            old = self._models.get(name)
+            if old is None:
+                self._models[name] = ServedModel(
+                    name,
+                    folder.path,
+                    versions={v: VersionEntry(v, ModelState.LOADING) for v in folder.versions},
+                )
+        new = self._build(repository, folder, config_override)
+        release_freed_memory()  # what loading freed: reading the model files, failed instances
+        failed = not new.ready_versions()
+        with self._lock:
+            if failed and old is not None and old.ready_versions():
+                # keep serving what works; the failure is reported, and a later fix is picked up
+                old.fingerprint = new.fingerprint
+                raise load_failure(name, new)
+            if old is not None:
+                _keep_unloaded_versions(old, new)
+            self._models[name] = new
+            if old is not None:
+                _retire(old)
+            self._notify(name)
+        if failed:
+            raise load_failure(name, new)
+        return new
 
     def unload(self, name: str) -> None:
         """Unload a model: its ready versions become UNAVAILABLE "unloaded"; versions that had failed
@@ -286,6 +325,11 @@ class ModelManager:
                 },
             )
             _retire(model)
+            files = self._request_files.pop(name, None)
+            if files is not None:
+                files.close()
+                if not any(r.folder(name) for r in self.repositories):  # known through its files only
+                    del self._models[name]  # as Triton, which lists what its repositories hold
             self._notify(name)
 
     def forget(self, name: str, repository: Repository | None = None) -> None:
@@ -307,7 +351,7 @@ class ModelManager:
                     runner.stop(timeout)
                 if model.agents is not None:
                     model.agents.unload()
-        for repository in self.repositories:
+        for repository in [*self.repositories, *self._request_files.values()]:
             repository.close()
 
     def on_change(self, listener: Callable[[str], None]) -> None:
@@ -361,7 +405,9 @@ class ModelManager:
             folder, agents = self._materialize(repository, folder, config_override)
         except TritonError as exc:  # a download or an agent failed: the model cannot be read
             log.error("failed to load '%s': %s", folder.name, exc.message)
-            return _failed(ServedModel(folder.name, folder.path, None, fingerprint=fingerprint), folder, exc)
+            return failed_model(
+                ServedModel(folder.name, folder.path, None, fingerprint=fingerprint), folder, exc
+            )
         report = validate_model(
             folder,
             auto_complete=self.options.auto_complete,
@@ -376,7 +422,7 @@ class ModelManager:
             if agents is not None:
                 agents.finish(loaded=False)
                 served.agents = None
-            return _failed(served, folder, reason)
+            return failed_model(served, folder, reason)
         config = report.config
         served.rules = RequestRules(config)
         served.labels = _read_labels(config, folder.path)
@@ -459,7 +505,6 @@ class ModelManager:
 
 
 _UNLOADED = "unloaded"  # the reason of an unloaded version, as Triton words it
-_NO_VERSION = 0  # the stand-in entry carrying the reason of a model with no version to serve
 
 
 def _instance_failed(entry: VersionEntry, reason: str) -> None:
@@ -472,19 +517,10 @@ def _keep_unloaded_versions(old: ServedModel, new: ServedModel) -> None:
     """Versions the old model served that the new one does not (a newer version took over, a version
     folder went) stay in the index as UNAVAILABLE "unloaded", as Triton keeps them."""
     for version, entry in old.versions.items():
-        if version in new.versions or version == _NO_VERSION:
+        if version in new.versions or version == NO_VERSION:
             continue
         if entry.state in (ModelState.READY, ModelState.LOADING) or entry.reason == _UNLOADED:
             new.versions[version] = VersionEntry(version, ModelState.UNAVAILABLE, _UNLOADED)
-
-
-def _failed(served: ServedModel, folder: ModelFolder, reason: TritonError) -> ServedModel:
-    """`served` with every version of `folder` UNAVAILABLE for `reason`."""
-    status = reason.status_string()
-    served.versions = {v: VersionEntry(v, ModelState.UNAVAILABLE, status) for v in folder.versions}
-    if not served.versions:
-        served.versions = {_NO_VERSION: VersionEntry(_NO_VERSION, ModelState.UNAVAILABLE, status)}
-    return served
 
 
 def _agent_config(folder: ModelFolder) -> ModelConfig | None:
@@ -498,45 +534,9 @@ def _agent_config(folder: ModelFolder) -> ModelConfig | None:
         return None
 
 
-def _poll_failed(name: str) -> TritonError:
-    return internal(f"failed to load '{name}', failed to poll from model repository")
-
-
-def _load_failure(name: str, model: ServedModel) -> TritonError:
-    """Triton's answer to a load that ended with no ready version: a config it could not read is a
-    failed poll (INTERNAL); otherwise each failed version with its reason (INVALID_ARG)."""
-    if model.config is None:
-        log.error("Poll failed for model directory '%s': %s", name, _first_reason(model))
-        return _poll_failed(name)
-    failures = ""
-    for version, entry in sorted(model.versions.items()):
-        if entry.state == ModelState.READY:
-            continue
-        if version == _NO_VERSION:
-            failures += _without_code(entry.reason) + "\n"
-        else:
-            failures += f"version {version} is at {entry.state} state: {entry.reason};\n"
-    return TritonError(
-        ErrorCode.INVALID_ARG, f"load failed for model '{name}': {failures or 'no version is available'}"
-    )
-
-
-def _first_reason(model: ServedModel) -> str:
-    reasons = [e.reason for e in model.versions.values() if e.reason]
-    return reasons[0] if reasons else "no version is available"
-
-
 def _not_loaded(model: ServedModel) -> bool:
     """Never loaded (its config is unreadable or it is loading) or unloaded, as opposed to failed."""
     return model.config is None or all(e.reason == _UNLOADED for e in model.versions.values())
-
-
-def _without_code(reason: str) -> str:
-    """The reason without its status code: 'Invalid argument: msg' gives 'msg'."""
-    for code in ErrorCode:
-        if reason.startswith(f"{code.value}: "):
-            return reason[len(code.value) + 2 :]
-    return reason
 
 
 def _read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:

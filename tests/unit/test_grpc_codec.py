@@ -579,9 +579,15 @@ def test_trace_settings() -> None:
 
 def test_load_and_unload_parameters() -> None:
     request = pb.RepositoryModelLoadRequest(model_name="m")
-    assert messages.load_parameters(request) is None
+    assert messages.load_parameters(request) == (None, {})
     request.parameters["config"].string_param = "{}"
-    assert messages.load_parameters(request) == "{}"
+    request.parameters["file:1/model.py"].bytes_param = b"pass"
+    assert messages.load_parameters(request) == ("{}", {"file:1/model.py": b"pass"})
+    request.parameters["file:1/model.py"].string_param = "pass"
+    assert error_of(messages.load_parameters, request).message == (
+        "invalid value type for load parameter 'file:1/model.py', expected bytes_param."
+    )
+    del request.parameters["file:1/model.py"]
     request.parameters["config"].int64_param = 1
     assert error_of(messages.load_parameters, request).message == (
         "invalid value type for load parameter 'config', expected string_param."

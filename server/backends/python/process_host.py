@@ -52,6 +52,7 @@ from server.backends.base import (
 )
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.host import HostSpec, answered
+from server.backends.python.pb_utils import model_control as pb_model_control
 from server.backends.python.pb_utils import scope as pb_scope
 from server.backends.python.shm import InputArena, RingReader, fits_inline
 from server.protocol.errors import ErrorCode, TritonError
@@ -476,8 +477,29 @@ class _Process:
             self._answer(call_id, None, channel is not None and channel.is_cancelled())
         elif kind == "bls":  # it waits on another model: off the reader thread
             threading.Thread(target=self._bls, args=(call_id, *payload), daemon=True).start()
+        elif kind == "model_control":  # a load waits on the repository: off the reader thread too
+            threading.Thread(target=self._model_control, args=(call_id, *payload), daemon=True).start()
         else:
             self._answer(call_id, f"unknown call '{kind}'", None)
+
+    def _model_control(self, call_id: int, action: str, args: tuple[Any, ...]) -> None:
+        """The process's pb_utils.load_model / unload_model / is_model_ready, run by this server's hook."""
+        manager = pb_model_control.current_model_manager()
+        try:
+            if manager is None:
+                raise TritonError(ErrorCode.UNAVAILABLE, "the server is stopping")
+            ready: bool | None = None
+            if action == "load":
+                manager.load_model(*args)
+            elif action == "unload":
+                manager.unload_model(*args)
+            else:
+                ready = manager.is_model_ready(*args)
+            self._answer(call_id, None, ready)
+        except TritonError as exc:
+            self._answer(call_id, exc.message, None)
+        except Exception as exc:
+            self._answer(call_id, str(exc) or type(exc).__name__, None)
 
     def _bls(self, call_id: int, request: pb_utils.InferenceRequest, decoupled: bool) -> None:
         """Run a BLS request of the model through this server's BLS hook, as in-thread models do."""

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from server.backends.base import ModelError, tcli_bug
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.host import HostSpec, PythonModel
+from server.backends.python.pb_utils import model_control as pb_model_control
 from server.backends.python.pb_utils import requests as pb_requests
 from server.backends.python.pb_utils import scope as pb_scope
 from server.backends.python.shm import ArenaView, RingWriter
@@ -91,6 +92,7 @@ class _Worker:
         self._ring = RingWriter(ring_name, lambda needed: self.call("grow", needed))
         self._install_logging(log_levels)
         pb_requests.set_bls_executor(self._bls)
+        pb_model_control.set_model_manager(_ForwardedModelControl(self))
         pb_scope.set_default_model_scope(pb_scope.ModelScope(spec.name, spec.version, spec.version_dir))
 
     # the pipe ----------------------------------------------------------------------------------------
@@ -303,3 +305,20 @@ def _exit() -> None:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(0)
+
+
+class _ForwardedModelControl(pb_model_control.ModelManager):
+    """pb_utils.load_model, unload_model and is_model_ready in an instance process: the server runs
+    them, as it runs the process's BLS requests."""
+
+    def __init__(self, worker: _Worker) -> None:
+        self._worker = worker
+
+    def load_model(self, model_name: str, config: str, files: dict[str, bytes], /) -> None:
+        self._worker.call("model_control", ("load", (model_name, config, files)))
+
+    def unload_model(self, model_name: str, unload_dependents: bool, /) -> None:
+        self._worker.call("model_control", ("unload", (model_name, unload_dependents)))
+
+    def is_model_ready(self, model_name: str, model_version: int, /) -> bool:
+        return bool(self._worker.call("model_control", ("ready", (model_name, model_version))))

@@ -97,3 +97,8 @@ def set_model_manager(manager: ModelManager | None) -> None:
     """Install (or remove) the hook behind load_model / unload_model / is_model_ready."""
     global _model_manager
     _model_manager = manager
+
+
+def current_model_manager() -> ModelManager | None:
+    """The hook installed now (None when the model runs outside a server)."""
+    return _model_manager
