@@ -18,8 +18,8 @@ with another signature.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -70,6 +70,8 @@ class ModelContext:
     # called with the reason when an instance gives up for good (a python instance process that
     # keeps dying): the repository marks the version UNAVAILABLE with it
     instance_failed: Callable[[str], None] | None = None
+    # --backend-config settings for this model's backend (its own, over the ones given for every backend)
+    backend_config: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def version_dir(self) -> Path:

@@ -487,8 +487,14 @@ class ModelManager:
         if config.platform == backends.ENSEMBLE:
             return self._load_ensemble(config, version)
         entry = VersionEntry(version, ModelState.LOADING)
+        settings = self.options.backend_config
         context = ModelContext(
-            config, folder.path, version, folder.repository, partial(_instance_failed, entry)
+            config,
+            folder.path,
+            version,
+            folder.repository,
+            partial(_instance_failed, entry),
+            {**settings.get("", {}), **settings.get(config.backend, {})},
         )
         runner = ModelRunner(context, self.stats.get(config.name, version))
         try:

@@ -483,9 +483,10 @@ def test_override_parameter_both_ways(tmp_path: Path) -> None:
         assert int(outputs(infer(runner, request([1], model="two_in_threads")))["PID"][0]) == os.getpid()
     finally:
         runner.stop(10)
-    runner = make_runner(tmp_path, "one", MODEL, count=1)
+    runner = make_runner(tmp_path, "one", MODEL, count=1)  # by default each instance in a process
     try:
-        assert [type(i) for i in runner._instances] == [PythonModel]
+        assert [type(i) for i in runner._instances] == [ProcessModel]
+        assert int(outputs(infer(runner, request([1], model="one")))["PID"][0]) != os.getpid()
     finally:
         runner.stop(10)
     with pytest.raises(TritonError) as caught:
@@ -562,11 +563,15 @@ def test_bls_in_initialize_fails_the_load_with_tritons_words(tmp_path: Path, cou
     )
 
 
-def test_bls_in_finalize_is_refused_and_logged_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    runner = make_runner(tmp_path, "fin_bls", BLS_IN_LIFECYCLE, count=1)
+@pytest.mark.parametrize("own_process", ["true", "false"])
+def test_bls_in_finalize_is_refused_and_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, own_process: str
+) -> None:
+    runner = make_runner(tmp_path, "fin_bls", BLS_IN_LIFECYCLE, count=1, parameter=own_process)
     with caplog.at_level(logging.ERROR, logger="tcli.python_backend"):
         runner.stop(10)
     (record,) = [r for r in caplog.records if r.name == "tcli.python_backend"]
-    assert record.getMessage() == "model 'fin_bls' version 1 instance 'fin_bls_0': finalize() failed"
-    assert record.exc_info is not None
-    assert "BLS is only supported during the 'execute' function." in str(record.exc_info[1])
+    # a record from an instance process arrives with its traceback already in the text
+    text = record.getMessage() + (str(record.exc_info[1]) if record.exc_info else "")
+    assert text.startswith("model 'fin_bls' version 1 instance 'fin_bls_0': finalize() failed")
+    assert "BLS is only supported during the 'execute' function." in text

@@ -1,22 +1,24 @@
-"""Where a python model's instances run: in the server process (each on its worker thread) or each in
-a process of its own (`process_host`).
+"""Where a python model's instances run: each in a process of its own (`process_host`, the default,
+as Triton runs each instance in a stub process), or in the server process on its worker thread.
 
-Threads share one GIL, so two instances of a pure-Python model take turns; processes run them in
-parallel but add a pipe round trip and shared-memory copies per batch (cheap models are faster
-in-thread). The rule: a model whose instance groups total 2 or more instances runs them in
-processes; a single instance stays in-thread. The model config parameter TCLI_INSTANCE_PROCESS
-("true" or "false") overrides it either way:
+A process keeps the model's crash (a segfault, `os._exit`, the OOM killer) to that model: the server
+and every other model go on, the model's running requests fail, and an instance that keeps dying
+leaves its version UNAVAILABLE. Processes also run instances in parallel (threads share one GIL).
+In the server process a cheap model answers faster (no pipe round trip, no shared-memory copies);
+a model or a whole server opts in to that:
 
-    parameters { key: "TCLI_INSTANCE_PROCESS" value { string_value: "false" } }
+    parameters { key: "TCLI_INSTANCE_PROCESS" value { string_value: "false" } }   (one model)
+    tcli serve --backend-config=python,instance-process=false                     (every python model)
 
-(Triton ignores parameters it does not know, so the config stays portable.) Models that create
-custom metrics (pb_utils.MetricFamily) stay in-thread unless the parameter says "true": only the
-server process exports metrics.
+The model's parameter wins over the server's setting. (Triton ignores parameters it does not know,
+so the config stays portable.) A model that creates custom metrics (pb_utils.MetricFamily) runs in
+the server process unless its parameter says "true": only the server process exports metrics.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from server.protocol.errors import ErrorCode, TritonError
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from server.backends.base import InstanceSpec, ModelContext, RequestModel
 
 PROCESS_PARAMETER = "TCLI_INSTANCE_PROCESS"
+PROCESS_SETTING = "instance-process"  # --backend-config=python,instance-process=true|false
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})
 _LOG = logging.getLogger("tcli.python_process")
@@ -36,29 +39,34 @@ def process_override(config: ModelConfig) -> bool | None:
     """The TCLI_INSTANCE_PROCESS parameter: True, False, or None when the config does not set it."""
     if PROCESS_PARAMETER not in config.parameters:
         return None
-    value = config.parameters[PROCESS_PARAMETER].string_value.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise TritonError(
-        ErrorCode.INVALID_ARG,
-        f'model \'{config.name}\': parameter {PROCESS_PARAMETER} must be "true" or "false", got '
-        f'"{config.parameters[PROCESS_PARAMETER].string_value}"',
+    return _boolean(
+        config.parameters[PROCESS_PARAMETER].string_value,
+        f"model '{config.name}': parameter {PROCESS_PARAMETER}",
     )
 
 
-def instance_count(config: ModelConfig) -> int:
-    from server.backends.base import instance_specs
+def process_setting(backend_config: Mapping[str, str]) -> bool | None:
+    """The server's --backend-config=python,instance-process=... (None when it is not given)."""
+    if PROCESS_SETTING not in backend_config:
+        return None
+    return _boolean(backend_config[PROCESS_SETTING], f"--backend-config=python,{PROCESS_SETTING}")
 
-    return len(instance_specs(config))
+
+def _boolean(value: str, what: str) -> bool:
+    text = value.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise TritonError(ErrorCode.INVALID_ARG, f'{what} must be "true" or "false", got "{value}"')
 
 
 def load(context: ModelContext, instance: InstanceSpec) -> RequestModel:
     """One instance of a python model, in-thread or in its own process as the rule above says."""
     override = process_override(context.config)
-    in_process = instance_count(context.config) >= 2 if override is None else override
-    if in_process and _makes_metrics(context):
+    setting = process_setting(context.backend_config)
+    own_process = next((choice for choice in (override, setting) if choice is not None), True)
+    if own_process and _makes_metrics(context):
         if override is None:
             _LOG.info(
                 "python model '%s' instance '%s' runs in the server process: it creates custom metrics, "
@@ -67,7 +75,7 @@ def load(context: ModelContext, instance: InstanceSpec) -> RequestModel:
                 instance.name,
                 PROCESS_PARAMETER,
             )
-            in_process = False
+            own_process = False
         else:
             _LOG.warning(
                 "python model '%s' instance '%s' runs in its own process (%s): the custom metrics it "
@@ -76,7 +84,7 @@ def load(context: ModelContext, instance: InstanceSpec) -> RequestModel:
                 instance.name,
                 PROCESS_PARAMETER,
             )
-    if in_process:
+    if own_process:
         from server.backends.python.process_host import ProcessModel
 
         return ProcessModel(context, instance)

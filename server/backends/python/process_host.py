@@ -34,6 +34,7 @@ import logging
 import multiprocessing
 import pickle
 import queue
+import signal
 import sys
 import threading
 import time
@@ -74,6 +75,16 @@ _PROTOCOL = pickle.HIGHEST_PROTOCOL  # finalize() gets this long before the proc
 
 Result = InferenceResponse | TritonError | None
 Done = Callable[[list[Result]], None]
+
+
+def exit_text(code: int | None) -> str:
+    """How a process ended: "exit code 7", or "signal 11: SIGSEGV" (a negative exit code)."""
+    if code is not None and code < 0:
+        try:
+            return f"signal {-code}: {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
 
 
 class ProcessModel(LoopRequestModel):
@@ -173,7 +184,7 @@ class ProcessModel(LoopRequestModel):
             return
         reason = (
             f"python model '{self.name}' instance '{self.instance}': its process died {CRASH_LIMIT} times "
-            f"within {CRASH_WINDOW_S:.0f} s (last exit code {exit_code}); it is not restarted: fix the "
+            f"within {CRASH_WINDOW_S:.0f} s (last {exit_text(exit_code)}); it is not restarted: fix the "
             "model and load it again"
         )
         self._gave_up = TritonError(ErrorCode.UNAVAILABLE, reason)
@@ -551,7 +562,7 @@ class _Process:
         return TritonError(
             ErrorCode.INTERNAL,
             f"python model '{self.owner.name}' instance '{self.owner.instance}': its process exited "
-            f"unexpectedly (exit code {code}); the instance restarts for later requests",
+            f"unexpectedly ({exit_text(code)}); the instance restarts for later requests",
         )
 
     def _ended(self) -> None:
@@ -565,7 +576,7 @@ class _Process:
         if not self._ready.done():
             self._ready.set_result(
                 f"python model '{self.owner.name}' instance '{self.owner.instance}': its process exited "
-                f"while starting (exit code {self._process.exitcode})"
+                f"while starting ({exit_text(self._process.exitcode)})"
             )
         try:
             if self._ready.result() is not None:  # it never served: the load reports why

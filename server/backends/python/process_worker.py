@@ -54,7 +54,10 @@ def main(
 ) -> None:
     """The process entry point (a `multiprocessing` target): `conn` carries batches in and everything
     the process says out; `answers` carries the server's answers to its calls."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the server stops us
+    # Ctrl-C, `kill -- -<pgid>` and systemd's stop signal the whole group: the server drains its
+    # requests, then stops us itself (a pipe that closes, the server gone, ends us too)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _Worker(conn, answers, spec, ring_name, log_levels).run()
 
 
