@@ -79,7 +79,7 @@ def test_http_answers_as_triton(servers: tuple[RealTriton, Server], call: HttpCa
     header = http_header(call.group)
     for headers in ({}, {header: "wrong"}, {header: f"{call.group}-VALUE"}):
         theirs, ours = http_call(triton.http_address, call, headers), http_call(tcli_address, call, headers)
-        assert (ours.status, ours.content_type, ours.body) == (theirs.status, theirs.content_type, theirs.body)
+        assert ours == theirs  # status, content type and body
     right = {header.lower(): f"{call.group}-value"}
     theirs, ours = http_call(triton.http_address, call, right), http_call(tcli_address, call, right)
     assert theirs.status != 403
@@ -109,7 +109,10 @@ def test_grpc_answers_as_triton(servers: tuple[RealTriton, Server], call: GrpcCa
         ["--http-restricted-api=health:k1"],
         ["--http-restricted-api=health:k1="],
         ["--http-restricted-api=health,,metadata:k=v"],
-        ["--http-restricted-api=model-repository,health:k1=v1", "--http-restricted-api=metadata,health:k2=v2"],
+        [
+            "--http-restricted-api=model-repository,health:k1=v1",
+            "--http-restricted-api=metadata,health:k2=v2",
+        ],
         ["--grpc-restricted-protocol=model-reposit:k1=v1"],
         ["--grpc-restricted-protocol=health:k1=v1", "--grpc-restricted-protocol=health:k2=v2"],
         ["--grpc-restricted-protocol=:k=v"],
