@@ -71,11 +71,10 @@ class ServerSettings:
     allow_cpu_metrics: bool = True
     log_settings: LogSettings | None = None
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)  # --backend-config
-    # group -> the header and value its calls must carry (server/protocol/restricted.py parses the flags)
-    http_restricted_api: dict[str, Restriction] = field(default_factory=dict)  # --http-restricted-api
-    grpc_restricted_protocol: dict[str, Restriction] = field(
-        default_factory=dict
-    )  # --grpc-restricted-protocol
+    # --http-restricted-api, --grpc-restricted-protocol: group -> the header and value its calls must
+    # carry (server/protocol/restricted.py parses the flags)
+    http_restricted_api: dict[str, Restriction] = field(default_factory=dict)
+    grpc_restricted_protocol: dict[str, Restriction] = field(default_factory=dict)
 
 
 class StartupError(RuntimeError):
