@@ -36,6 +36,7 @@ class StubApp:
     """An ASGI app with the fast path's interface, answering ANSWER at once either way."""
 
     max_input_size = 1 << 26
+    restricted_inference = None
 
     def infer_target(self, path: bytes) -> tuple[str, str] | None:
         return ("m", "") if path == b"/v2/models/m/infer" else None

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from server.logs import LogSettings
+from server.protocol.restricted import Restriction
 from server.protocol.shm import SharedMemoryRegistry
 from server.repository.manager import ControlMode, LoadOptions, ModelManager
 from server.service import InferenceService
@@ -70,6 +71,10 @@ class ServerSettings:
     allow_cpu_metrics: bool = True
     log_settings: LogSettings | None = None
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)  # --backend-config
+    # --http-restricted-api, --grpc-restricted-protocol: group -> the header and value its calls must
+    # carry (server/protocol/restricted.py parses the flags)
+    http_restricted_api: dict[str, Restriction] = field(default_factory=dict)
+    grpc_restricted_protocol: dict[str, Restriction] = field(default_factory=dict)
 
 
 class StartupError(RuntimeError):
@@ -192,6 +197,7 @@ class Server:
                 max_input_size=settings.http_max_input_size,
                 allow_client_shm=settings.allow_client_shm,
                 shm_registry=self.shm_registry,
+                restricted=settings.http_restricted_api,
             )
             handle = await serve_http(
                 app,
@@ -226,6 +232,7 @@ class Server:
                 allow_client_shm=settings.allow_client_shm,
                 shm_registry=self.shm_registry,
                 implementation=settings.grpc_implementation,
+                restricted=settings.grpc_restricted_protocol,
             )
             self.grpc_port = grpc_handle.port
             self._handles.append(grpc_handle)

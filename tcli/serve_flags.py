@@ -4,7 +4,7 @@
 tritonserver 2.51 is listed here, so that a command line written for Triton starts tcli: flags that
 only matter on a GPU or inside Triton's C++ (memory pools, thread counts, keepalive tuning) are
 accepted and named in one warning line; flags whose absence would change what a client gets in a
-way that matters (TLS, restricted APIs, other protocols) are refused with an error unless they ask
+way that matters (TLS, other protocols) are refused with an error unless they ask
 for the off setting, because running without them would be silently misleading. Both `--flag=value`
 and `--flag value` are read, as tritonserver reads them.
 """
@@ -31,7 +31,6 @@ FLAGS: dict[str, Flag] = {
     # HTTP
     "http-thread-count": Flag("tcli serves HTTP from one event loop; no effect"),
     "http-header-forward-pattern": Flag(LATER),
-    "http-restricted-api": Flag("restricted APIs are not implemented by tcli", refuse_unless=""),
     # gRPC
     "grpc-header-forward-pattern": Flag(LATER),
     "grpc-infer-allocation-pool-size": Flag(GPU),
@@ -49,7 +48,6 @@ FLAGS: dict[str, Flag] = {
     "grpc-http2-max-ping-strikes": Flag(GPU),
     "grpc-max-connection-age": Flag(GPU),
     "grpc-max-connection-age-grace": Flag(GPU),
-    "grpc-restricted-protocol": Flag("restricted protocols are not implemented by tcli", refuse_unless=""),
     # other front ends
     "allow-sagemaker": Flag("the SageMaker front end is not implemented by tcli", refuse_unless="false"),
     "sagemaker-port": Flag("the SageMaker front end is not implemented by tcli; no effect"),

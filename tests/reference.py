@@ -69,7 +69,8 @@ class RealTriton:
     `require_ready=False`, start() waits only for /v2/health/live (for repositories with models
     that fail; pass "--exit-on-error=false" too). The server log (stdout and stderr) goes to
     `log_path`, readable with `log()` also after stop(); without a log_path it goes to a
-    temporary file that leaving the `with` block deletes.
+    temporary file that leaving the `with` block deletes. `probe_headers` go with the readiness
+    probe (for a server started with --http-restricted-api=health:...).
     """
 
     def __init__(
@@ -81,8 +82,10 @@ class RealTriton:
         ready_timeout: float = 60.0,
         require_ready: bool = True,
         log_path: Path | None = None,
+        probe_headers: dict[str, str] | None = None,
     ) -> None:
         self.binary = binary
+        self.probe_headers = dict(probe_headers or {})  # sent with the readiness probe (restricted health)
         # a bucket path stays a string: Path would fold the "//" of s3://
         self.model_repository = (
             model_repository if isinstance(model_repository, str) else Path(model_repository)
@@ -164,7 +167,9 @@ class RealTriton:
                 )
             with (
                 contextlib.suppress(urllib.error.URLError, OSError),
-                urllib.request.urlopen(url, timeout=1.0) as response,
+                urllib.request.urlopen(
+                    urllib.request.Request(url, headers=self.probe_headers), timeout=1.0
+                ) as response,
             ):
                 if response.status == 200:
                     return

@@ -11,6 +11,8 @@ them (`triton_final_response` on the last; its flags-only end only to requests t
 `triton_enable_empty_final_response`), other models' in request order, errors as `error_message`
 without closing the stream; unary ModelInfer refuses decoupled models, as Triton does. Health's Check answers SERVING
 while the server is ready, NOT_SERVING otherwise, whatever service is named, as Triton does.
+RPCs of groups restricted by --grpc-restricted-protocol refuse calls without the group's metadata
+(server/frontends/grpc_restricted.py).
 
 Messages of up to INT32_MAX bytes are accepted and sent by default (Triton's limit), so real tensors
 fit; `max_message_size` lowers it.
@@ -31,10 +33,12 @@ from grpc import aio
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
+from server.frontends.grpc_restricted import guard
 from server.protocol import grpc_codec as codec
 from server.protocol import grpc_messages as messages
 from server.protocol.errors import ErrorCode, TritonError, invalid_arg, unavailable
 from server.protocol.grpc_parameters import model_version
+from server.protocol.restricted import Restrictions
 from server.protocol.shm import SharedMemoryRegistry
 from server.protocol.tensors import SHM_DISABLED, ShmView
 
@@ -65,12 +69,14 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
         *,
         allow_client_shm: bool = False,
         shm_registry: SharedMemoryRegistry | None = None,
+        restricted: Restrictions | None = None,
     ) -> None:
         self.service = service
         self.allow_client_shm = allow_client_shm
         self._owns_shm = shm_registry is None
         self.shm = SharedMemoryRegistry() if shm_registry is None else shm_registry
         self._shm_view: ShmView | None = self.shm.view if allow_client_shm else None
+        guard(self, restricted or {})  # --grpc-restricted-protocol: before the methods are registered
 
     # answers ---------------------------------------------------------------------------------------
     async def _answer(self, context: aio.ServicerContext, work: Callable[[], T]) -> T:
@@ -411,6 +417,7 @@ async def serve_grpc(
     max_message_size: int = codec.MAX_GRPC_MESSAGE_SIZE,
     implementation: str = "native",
     reuse_port: bool = False,
+    restricted: Restrictions | None = None,
 ) -> GrpcServerHandle | NativeGrpcServerHandle:
     """Serve GRPCInferenceService and Health for `service` on host:port (0: any free port; the handle
     tells which) from the running event loop. `allow_client_shm` enables client system shared memory
@@ -418,10 +425,12 @@ async def serve_grpc(
     `implementation`: "native" (server/frontends/grpc_native: HTTP/2 on the event loop, the fast one)
     or "grpcio" (grpc.aio). Both call the same GrpcFrontend methods. `reuse_port`
     (--reuse-grpc-port) lets several servers share the port. Raises OSError when the address cannot
-    be bound."""
+    be bound. `restricted`: the groups --grpc-restricted-protocol restricts."""
     if implementation not in GRPC_IMPLEMENTATIONS:
         raise ValueError(f"unknown gRPC implementation {implementation!r}: use native or grpcio")
-    frontend = GrpcFrontend(service, allow_client_shm=allow_client_shm, shm_registry=shm_registry)
+    frontend = GrpcFrontend(
+        service, allow_client_shm=allow_client_shm, shm_registry=shm_registry, restricted=restricted
+    )
     if implementation == "native":
         from server.frontends.grpc_native import serve_native
 

@@ -14,7 +14,9 @@ Routes, methods and answers follow Triton's HTTP server (server/src/http_server.
     GET/POST  /v2/trace/setting
 
 Anything else is 404 {"error":"Not Found"}; a known route with the wrong method is 405
-{"error":"Method Not Allowed"}. Errors are {"error": message} with the HTTP status of the error's code.
+{"error":"Method Not Allowed"}. A route of a group --http-restricted-api restricts answers 403 before
+anything else to a request without the group's header (server/frontends/http_restricted.py).
+Errors are {"error": message} with the HTTP status of the error's code.
 Inference request bodies may be gzip/deflate compressed; inference responses are compressed when the
 client's Accept-Encoding asks for it (Triton compresses nothing else).
 """
@@ -33,12 +35,14 @@ import orjson
 
 from server.frontends.http_content import compress, decompress, response_encoding, too_large
 from server.frontends.http_direct import InferHeaders
+from server.frontends.http_restricted import MODEL_GROUPS, HttpRestrictions, Refused
 from server.protocol import json_messages
 from server.protocol.errors import ErrorCode, TritonError, invalid_arg, unavailable, unsupported
 from server.protocol.generate_codec import GENERATE_ONE_RESPONSE, decode_generate, encode_generate
 from server.protocol.json_binary import decode_raw_request
 from server.protocol.json_codec import DEFAULT_MAX_INPUT_SIZE, decode_request, parse_header_length, parse_json
 from server.protocol.json_response import encode_response
+from server.protocol.restricted import Restrictions
 from server.protocol.shm import SharedMemoryRegistry
 from server.protocol.tensors import SHM_DISABLED, ShmView
 
@@ -98,8 +102,11 @@ class HttpFrontend:
         max_input_size: int,
         allow_client_shm: bool,
         shm_registry: SharedMemoryRegistry | None = None,
+        restricted: Restrictions | None = None,
     ) -> None:
         self.service = service
+        self._restrictions = HttpRestrictions(restricted or {})
+        self.restricted_inference = self._restrictions.inference
         self.max_input_size = max_input_size
         self.allow_client_shm = allow_client_shm
         self._owns_shm = shm_registry is None
@@ -114,6 +121,8 @@ class HttpFrontend:
             return
         try:
             await self._route(scope, receive, send)
+        except Refused as refused:
+            await _respond(send, 403, refused.body, [_TEXT])
         except _HttpError as error:
             await _respond(send, error.code.http_status, _error_body(error.message), [_JSON, *error.headers])
         except TritonError as error:
@@ -130,6 +139,7 @@ class HttpFrontend:
         method: str = scope["method"]
         if path.startswith("/v2/models/"):
             if path == "/v2/models/stats":
+                self._restrictions.check(scope["headers"], "statistics")
                 if method != "GET":
                     return await _not_allowed(send)
                 return await self._json(send, self.service.statistics())
@@ -138,6 +148,8 @@ class HttpFrontend:
                 model, version, action = match.groups()
                 model = unquote(model) if "%" in model else model
                 version = version or ""
+                if not (version and action == "trace/setting"):  # that one is no route: 404
+                    self._restrictions.check(scope["headers"], MODEL_GROUPS[action])
                 if action == "infer":
                     if method != "POST":
                         return await _not_allowed(send)
@@ -145,9 +157,11 @@ class HttpFrontend:
                 return await self._model(scope, receive, send, method, model, version, action)
             return await _not_found(send)
         if path == "/v2/logging":
+            self._restrictions.check(scope["headers"], "logging")
             return await self._logging(receive, send, method)
         match = _SERVER_ROUTE.fullmatch(path)
         if match is not None:
+            self._restrictions.check(scope["headers"], "metadata" if match.group(1) is None else "health")
             if method != "GET":
                 return await _not_allowed(send)
             kind = match.group(1)
@@ -157,17 +171,21 @@ class HttpFrontend:
             return await _respond(send, 200 if ok else 400, b"", [_TEXT])
         match = _SYSTEM_SHM_ROUTE.fullmatch(path)
         if match is not None:
+            self._restrictions.check(scope["headers"], "shared-memory")
             return await self._system_shm(receive, send, method, _segment(match.group(1)), match.group(2))
         match = _CUDA_SHM_ROUTE.fullmatch(path)
         if match is not None:
+            self._restrictions.check(scope["headers"], "shared-memory")
             return await self._cuda_shm(receive, send, method, _segment(match.group(1)), match.group(2))
         match = _REPOSITORY_ROUTE.fullmatch(path)
         if match is not None:
+            self._restrictions.check(scope["headers"], "model-repository")
             repository, _, model, action = match.groups()
             return await self._repository(
                 receive, send, method, _segment(repository), _segment(model), action or "index"
             )
         if path == "/v2/trace/setting":
+            self._restrictions.check(scope["headers"], "trace")
             return await self._trace(receive, send, method, "")
         return await _not_found(send)
 
@@ -561,8 +579,10 @@ def create_http_app(
     max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
     allow_client_shm: bool = False,
     shm_registry: SharedMemoryRegistry | None = None,
+    restricted: Restrictions | None = None,
 ) -> HttpFrontend:
     """The ASGI app of the KServe v2 REST API over `service`. `max_input_size` bounds request bodies
     (tritonserver --http-max-input-size); `allow_client_shm` enables client system shared memory
-    (--allow-client-shm), in `shm_registry` if given (to share the regions with another front end)."""
-    return HttpFrontend(service, max_input_size, allow_client_shm, shm_registry)
+    (--allow-client-shm), in `shm_registry` if given (to share the regions with another front end);
+    `restricted` the groups --http-restricted-api restricts."""
+    return HttpFrontend(service, max_input_size, allow_client_shm, shm_registry, restricted)

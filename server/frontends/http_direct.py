@@ -34,10 +34,22 @@ class InferHeaders:
         return found
 
 
+def carries(headers: list[tuple[bytes, bytes]], required: tuple[bytes, bytes]) -> bool:
+    """Whether the first header named required[0] (lower case) has exactly the value required[1]."""
+    name, value = required
+    for key, found in headers:
+        if key == name:
+            return found == value
+    return False
+
+
 class DirectInference(Protocol):
     """An app that answers a whole inference request outside ASGI."""
 
     max_input_size: int  # bodies larger than this are refused
+    # (header, value) every inference request must carry (--http-restricted-api=inference:...), or
+    # None; a request without it goes through ASGI, whose route answers the refusal
+    restricted_inference: tuple[bytes, bytes] | None
 
     def infer_target(self, path: bytes) -> tuple[str, str] | None:
         """(model, version) when `path` (a request target without query) is POST-able inference."""

@@ -10,7 +10,7 @@ fast path does not take, goes to the ASGI app.
 
 from __future__ import annotations
 
-from server.frontends.http_direct import DirectInference, InferHeaders
+from server.frontends.http_direct import DirectInference, InferHeaders, carries
 from server.frontends.http_wire import HEAD_END, STATUS_LINE
 from server.frontends.http_writer import COPY_LIMIT
 
@@ -38,12 +38,16 @@ class FastCycle:
 
 
 def fast_cycle(app: DirectInference, target: bytes, headers: list[tuple[bytes, bytes]]) -> FastCycle | None:
-    """A FastCycle for a POST to `target` (the request target as sent) when `app` answers it directly
-    and its body has a Content-Length it may gather; else None."""
+    """A FastCycle for a POST to `target` (the request target as sent) when `app` answers it directly,
+    the request carries the header a restricted inference API requires, and its body has a
+    Content-Length it may gather; else None."""
     query = target.find(b"?")
     route = app.infer_target(target if query < 0 else target[:query])
     if route is None:
         return None
+    required = app.restricted_inference
+    if required is not None and not carries(headers, required):
+        return None  # ASGI's route answers the refusal
     found = InferHeaders.of(headers)
     if not 0 <= found.content_length <= min(FAST_BODY_LIMIT, app.max_input_size):
         return None  # chunked, or large: ASGI streams it and checks its size as it comes

@@ -116,6 +116,14 @@ def serve(
         typer.Option(metavar="BOOLEAN", help="Let several servers listen on the HTTP port (SO_REUSEPORT)."),
     ] = "false",
     http_max_input_size: Annotated[int, typer.Option(help="Largest request body in bytes.")] = 64 * 2**20,
+    http_restricted_api: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="<api>[,<api>...]:<header>=<value> (repeatable): those APIs answer 403 without the header. "
+            "APIs: health, metadata, inference, shared-memory, model-config, model-repository, statistics, "
+            "trace, logging."
+        ),
+    ] = None,
     allow_grpc: Bool = "true",
     grpc_address: Annotated[str, typer.Option(help="Address the gRPC front end listens on.")] = "0.0.0.0",
     grpc_port: Annotated[int, typer.Option(help="gRPC port (0: any free port).")] = 8001,
@@ -129,6 +137,13 @@ def serve(
             help="native: tcli's own HTTP/2 transport on the event loop (faster); grpcio: grpc.aio."
         ),
     ] = GrpcImplementation.native,
+    grpc_restricted_protocol: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="<protocol>[,<protocol>...]:<key>=<value> (repeatable): those RPCs answer UNAVAILABLE "
+            "without the metadata triton-grpc-protocol-<key>; same groups as --http-restricted-api."
+        ),
+    ] = None,
     allow_metrics: Bool = "true",
     allow_cpu_metrics: Annotated[
         str, typer.Option(metavar="BOOLEAN", help="Include the host CPU and memory gauges.")
@@ -173,6 +188,7 @@ def serve(
 
     from server import logs
     from server.app import ServerSettings, StartupError, run
+    from server.protocol import restricted
     from server.protocol.errors import TritonError
     from server.repository.manager import ControlMode
     from server.repository.storage.location import parse_location
@@ -198,6 +214,11 @@ def serve(
                 f"model repository '{repo}' is not a directory: pass the folder that holds the model folders, "
                 "or an s3://, gs:// or as:// path"
             )
+    try:
+        http_restrictions = restricted.parse_http_restricted_api(http_restricted_api or [])
+        grpc_restrictions = restricted.parse_grpc_restricted_protocol(grpc_restricted_protocol or [])
+    except restricted.RestrictionSpecError as exc:  # tritonserver exits 1 on these too
+        raise CliError(str(exc)) from None
     log_settings = logs.LogSettings(
         log_file=log_file,
         log_info=_flag("log-info", log_info),
@@ -213,6 +234,12 @@ def serve(
     warning = serve_flags.warning_line(extra)
     if warning:
         logging.getLogger("tcli.server").warning(warning)
+    for key in restricted.unmatchable_grpc_keys(grpc_restrictions):
+        logging.getLogger("tcli.server").warning(
+            "--grpc-restricted-protocol: gRPC clients send metadata keys in lower case, so no call can "
+            "carry '%s' and its protocols refuse every call (as in Triton); write the key in lower case",
+            key,
+        )
     settings = ServerSettings(
         model_repositories=repos,
         model_control_mode=ControlMode(model_control_mode.value),
@@ -248,6 +275,8 @@ def serve(
         log_settings=log_settings,
         backend_config=_backend_config(backend_config or []),
         repoagent_directories=list(repoagent_directory or []),
+        http_restricted_api=http_restrictions,
+        grpc_restricted_protocol=grpc_restrictions,
     )
     try:
         code = run(settings, on_started=_print_startup)

@@ -1,7 +1,7 @@
 """tritonserver's whole command line: Triton's own chart arguments start tcli (also under the name
 `tritonserver`), every 2.51 flag is known in both --flag=value and --flag value forms, the flags
 tcli implements work, GPU and C++ tuning flags are named in one warning line, and flags whose absence
-would mislead (TLS, restricted APIs) are refused."""
+would mislead (TLS, other front ends) are refused."""
 
 from __future__ import annotations
 
@@ -88,9 +88,7 @@ def test_extra_flags_are_read_in_both_forms() -> None:
         serve_flags.read_extra_flags(["--host-policy"])
 
 
-@pytest.mark.parametrize(
-    "flag", ["--grpc-use-ssl=true", "--http-restricted-api=inference,key=value", "--allow-sagemaker=true"]
-)
+@pytest.mark.parametrize("flag", ["--grpc-use-ssl=true", "--allow-sagemaker=true"])
 def test_flags_whose_absence_would_mislead_are_refused(repo: Path, flag: str) -> None:
     result = run_tcli("serve", str(repo), flag)
     assert result.returncode == 2

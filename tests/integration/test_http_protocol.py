@@ -26,6 +26,7 @@ class App:
     """Echo and friends over ASGI; POST /v2/models/{m}/infer answered directly."""
 
     max_input_size = 1 << 20
+    restricted_inference = None
 
     def __init__(self) -> None:
         self.events: list[str] = []
