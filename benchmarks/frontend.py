@@ -1,7 +1,10 @@
 """Scenario 1, front-end overhead: real perf_analyzer 2.51 drives the python-backend `add_sub` on tcli
 and on real Triton 2.51 (both serving the same repository at once, measured alternately), batch 1,
 concurrency 1, 4 and 8, over HTTP and gRPC. Target: tcli's throughput at least Triton's and its p99
-no worse. The decoupled and sequence examples are measured the same way as info rows."""
+no worse. Two rows each: `add_sub` as tcli runs it by default (its instance in a process of its own,
+as Triton's stub runs it) and `add_sub_in_server`, the same model opted in to tcli's server process
+(Triton runs it in a stub as always). The decoupled and sequence examples are measured the same way
+as info rows."""
 
 from __future__ import annotations
 
@@ -9,9 +12,12 @@ from functools import partial
 
 from benchmarks.context import Context, Summary, interleaved, round_ratios, summarize
 from benchmarks.harness import Load, Measurement, Server, log, perf_analyzer
+from benchmarks.repos import IN_SERVER
 from benchmarks.table import Row, ratio
 
 LEVELS = (1, 4, 8)
+# (model, label): add_sub in its own instance process (tcli's default), and in the server process
+MODES = (("add_sub", "process"), (IN_SERVER, "in server"))
 INFO_LOADS = (
     (
         "decoupled repeat_int32 grpc stream c=4",
@@ -73,31 +79,7 @@ def rows(ctx: Context, triton: Server, tcli: Server) -> list[Row]:
     result = []
     for protocol in ("http", "grpc"):
         for level in LEVELS:
-            load = Load("add_sub", protocol, level)
-            log(f"front end: add_sub {protocol} c={level}")
-            theirs_runs, ours_runs = compare(ctx, load, triton, tcli)
-            theirs, ours = summarize(theirs_runs), summarize(ours_runs)
-            speed = ratio(ours.throughput if ours else None, theirs.throughput if theirs else None)
-            passed = None
-            notes = [round_ratios(ours_runs, theirs_runs)]
-            if ours and theirs:
-                passed = speed is not None and speed >= 1.0 and ours.p99_us <= theirs.p99_us
-                if speed is not None and speed >= 1.0 and not passed:
-                    notes.append("throughput met; p99 higher")
-            else:
-                notes.append("perf_analyzer failed (see stderr)")
-            result.append(
-                Row(
-                    f"1 add_sub {protocol} c={level}",
-                    cell(ours),
-                    cell(theirs),
-                    speed,
-                    ">= 1.00, p99 <=",
-                    passed,
-                    "; ".join(n for n in notes if n),
-                    _raw(theirs_runs, ours_runs),
-                )
-            )
+            result += [_add_sub_row(ctx, triton, tcli, protocol, level, *mode) for mode in MODES]
     for name, load in () if ctx.quick else INFO_LOADS:
         log(f"front end: {name}")
         theirs_runs, ours_runs = compare(ctx, load, triton, tcli)
@@ -117,3 +99,31 @@ def rows(ctx: Context, triton: Server, tcli: Server) -> list[Row]:
             )
         )
     return result
+
+
+def _add_sub_row(
+    ctx: Context, triton: Server, tcli: Server, protocol: str, level: int, model: str, label: str
+) -> Row:
+    load = Load(model, protocol, level)
+    log(f"front end: {model} {protocol} c={level}")
+    theirs_runs, ours_runs = compare(ctx, load, triton, tcli)
+    theirs, ours = summarize(theirs_runs), summarize(ours_runs)
+    speed = ratio(ours.throughput if ours else None, theirs.throughput if theirs else None)
+    passed = None
+    notes = [round_ratios(ours_runs, theirs_runs)]
+    if ours and theirs:
+        passed = speed is not None and speed >= 1.0 and ours.p99_us <= theirs.p99_us
+        if speed is not None and speed >= 1.0 and not passed:
+            notes.append("throughput met; p99 higher")
+    else:
+        notes.append("perf_analyzer failed (see stderr)")
+    return Row(
+        f"1 add_sub {label} {protocol} c={level}",
+        cell(ours),
+        cell(theirs),
+        speed,
+        ">= 1.00, p99 <=",
+        passed,
+        "; ".join(n for n in notes if n),
+        _raw(theirs_runs, ours_runs),
+    )

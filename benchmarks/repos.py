@@ -21,10 +21,21 @@ EXAMPLES = ROOT / "model_repository"
 PYTHON_EXAMPLES = ("add_sub", "repeat_int32", "simple_dyna_sequence")
 
 
+# add_sub opted in to tcli's server process (TCLI_INSTANCE_PROCESS "false"; Triton ignores it)
+IN_SERVER = "add_sub_in_server"
+
+
 def copy_examples(repo: Path, names: tuple[str, ...] = PYTHON_EXAMPLES) -> None:
+    """The examples named, and with add_sub its copy that runs in tcli's server process."""
     repo.mkdir(parents=True, exist_ok=True)
     for name in names:
         shutil.copytree(EXAMPLES / name, repo / name)
+    if "add_sub" in names:
+        shutil.copytree(EXAMPLES / "add_sub", repo / IN_SERVER)
+        config = read_config(repo / IN_SERVER)
+        config.name = IN_SERVER
+        config.parameters["TCLI_INSTANCE_PROCESS"].string_value = "false"
+        write_config(repo / IN_SERVER, config)
 
 
 def read_config(model_dir: Path) -> model_config_pb2.ModelConfig:
