@@ -40,6 +40,7 @@ from server.protocol.tensors import SHM_DISABLED, ShmView
 
 if TYPE_CHECKING:
     from server.frontends.grpc_native import NativeGrpcServerHandle
+    from server.frontends.tls import ServerTls
     from server.service import InferenceService
 
 log = logging.getLogger("tcli.server.grpc")
@@ -411,14 +412,15 @@ async def serve_grpc(
     max_message_size: int = codec.MAX_GRPC_MESSAGE_SIZE,
     implementation: str = "native",
     reuse_port: bool = False,
+    tls: ServerTls | None = None,
 ) -> GrpcServerHandle | NativeGrpcServerHandle:
     """Serve GRPCInferenceService and Health for `service` on host:port (0: any free port; the handle
     tells which) from the running event loop. `allow_client_shm` enables client system shared memory
     (--allow-client-shm), kept in `shm_registry` when given (to share regions with the HTTP front end).
     `implementation`: "native" (server/frontends/grpc_native: HTTP/2 on the event loop, the fast one)
     or "grpcio" (grpc.aio). Both call the same GrpcFrontend methods. `reuse_port`
-    (--reuse-grpc-port) lets several servers share the port. Raises OSError when the address cannot
-    be bound."""
+    (--reuse-grpc-port) lets several servers share the port; `tls` (--grpc-use-ssl) serves TLS. Raises
+    OSError when the address cannot be bound."""
     if implementation not in GRPC_IMPLEMENTATIONS:
         raise ValueError(f"unknown gRPC implementation {implementation!r}: use native or grpcio")
     frontend = GrpcFrontend(service, allow_client_shm=allow_client_shm, shm_registry=shm_registry)
@@ -433,6 +435,7 @@ async def serve_grpc(
             max_message_size=max_message_size,
             generic_handlers=[health_handler(frontend)],
             reuse_port=reuse_port,
+            ssl_context=None if tls is None else tls.context,
         )
     options = [*server_options(max_message_size), ("grpc.so_reuseport", 1 if reuse_port else 0)]
     server = aio.server(options=options)
@@ -440,7 +443,10 @@ async def serve_grpc(
     server.add_generic_rpc_handlers((health_handler(frontend),))
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(address)
+        if tls is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, tls.grpc_credentials())
     except RuntimeError as exc:
         raise OSError(f"gRPC server could not bind {address}: {exc}") from None
     if bound == 0:
