@@ -332,3 +332,69 @@ def test_real_perf_analyzer_over_tls(tls_server: Server, certs: Certificates) ->
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Throughput" in done.stdout, done.stdout
+
+
+# tcli's client commands -----------------------------------------------------------------------------------
+def _tcli_infer(*args: str) -> subprocess.CompletedProcess[str]:
+    values = ",".join(str(i) for i in range(16))
+    command = [
+        str(TCLI),
+        "infer",
+        "-m",
+        "simple",
+        "--input",
+        f"INPUT0={values}",
+        "--input",
+        "INPUT1=" + ",".join(["1"] * 16),
+    ]
+    return subprocess.run(
+        [*command, "-f", "json", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def _outputs(done: subprocess.CompletedProcess[str]) -> list[int]:
+    assert done.returncode == 0, done.stdout + done.stderr
+    [output] = [o for o in json.loads(done.stdout)["outputs"] if o["name"] == "OUTPUT0"]
+    return [int(v) for v in np.array(output["data"]).reshape(-1)]
+
+
+def test_tcli_infer_takes_perf_analyzers_tls_options(mutual_server: Server, certs: Certificates) -> None:
+    expected = [i + 1 for i in range(16)]
+    grpc_tls = ["-i", "grpc", "-u", f"127.0.0.1:{mutual_server.grpc_port}", "--ssl-grpc-use-ssl", "true"]
+    grpc_tls += ["--ssl-grpc-root-certifications-file", str(certs.ca)]
+    assert (
+        _outputs(
+            _tcli_infer(
+                *grpc_tls,
+                f"--ssl-grpc-private-key-file={certs.client_key}",
+                f"--ssl-grpc-certificate-chain-file={certs.client_cert}",
+            )
+        )
+        == expected
+    )
+    refused = _tcli_infer(*grpc_tls)  # no client certificate
+    assert refused.returncode == 1 and "cannot reach" in refused.stderr, refused.stderr
+    https = [
+        "-u",
+        f"https://127.0.0.1:{mutual_server.http_port}",
+        "--ssl-https-ca-certificates-file",
+        str(certs.ca),
+    ]
+    assert (
+        _outputs(
+            _tcli_infer(
+                *https,
+                f"--ssl-https-client-certificate-file={certs.client_cert}",
+                f"--ssl-https-private-key-file={certs.client_key}",
+            )
+        )
+        == expected
+    )
+    plain = _tcli_infer(
+        "-u", f"127.0.0.1:{mutual_server.http_port}", "--ssl-https-ca-certificates-file", str(certs.ca)
+    )
+    assert plain.returncode == 1 and "write the URL as https://" in plain.stderr, plain.stderr
