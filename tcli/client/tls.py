@@ -10,10 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tcli.client.types import ClientError
-
 if TYPE_CHECKING:
     import grpc
+
+# standard library only at import: tcli perf's load generator processes use this module too
+
+
+def _error(message: str) -> Exception:
+    from tcli.client.types import ClientError
+
+    return ClientError(message)
 
 
 def _read(path: str, flag: str) -> bytes | None:
@@ -22,7 +28,7 @@ def _read(path: str, flag: str) -> bytes | None:
     try:
         return Path(path).read_bytes()
     except OSError as exc:
-        raise ClientError(f"--{flag} {path}: {exc.strerror or exc}") from None
+        raise _error(f"--{flag} {path}: {exc.strerror or exc}") from None
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,24 @@ class ClientTls:
             certificate_chain=_read(self.grpc_certificate_chain_file, "ssl-grpc-certificate-chain-file"),
         )
 
+    def grpc_context(self) -> ssl.SSLContext | None:
+        """--ssl-grpc-use-ssl as an ssl.SSLContext offering HTTP/2 (tcli perf's own gRPC transport)."""
+        if not self.grpc_use_ssl:
+            return None
+        context = ssl.create_default_context()
+        try:
+            if self.grpc_root_certifications_file:
+                context.load_verify_locations(cafile=self.grpc_root_certifications_file)
+            if self.grpc_certificate_chain_file or self.grpc_private_key_file:
+                context.load_cert_chain(self.grpc_certificate_chain_file, self.grpc_private_key_file or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise _error(
+                "--ssl-grpc-root-certifications-file / --ssl-grpc-certificate-chain-file / "
+                f"--ssl-grpc-private-key-file: {_reason(exc)}"
+            ) from None
+        context.set_alpn_protocols(["h2"])
+        return context
+
     def https_context(self) -> ssl.SSLContext:
         """The client context of an https:// URL."""
         context = ssl.create_default_context()
@@ -65,7 +89,7 @@ class ClientTls:
             try:
                 context.load_verify_locations(cafile=self.https_ca_certificates_file)
             except (OSError, ssl.SSLError) as exc:
-                raise ClientError(
+                raise _error(
                     f"--ssl-https-ca-certificates-file {self.https_ca_certificates_file}: {_reason(exc)}"
                 ) from None
         if self.https_verify_host == 0 or self.https_verify_peer == 0:
@@ -78,7 +102,7 @@ class ClientTls:
                     self.https_client_certificate_file, self.https_private_key_file or None
                 )
             except (OSError, ssl.SSLError) as exc:
-                raise ClientError(
+                raise _error(
                     f"--ssl-https-client-certificate-file {self.https_client_certificate_file} / "
                     f"--ssl-https-private-key-file {self.https_private_key_file}: {_reason(exc)}"
                 ) from None

@@ -9,6 +9,18 @@ from typing import Annotated, Any
 
 import typer
 
+from tcli.commands.tls_options import (
+    GrpcChain,
+    GrpcKey,
+    GrpcRoot,
+    GrpcUseSsl,
+    HttpsCa,
+    HttpsCert,
+    HttpsKey,
+    HttpsVerifyHost,
+    HttpsVerifyPeer,
+    client_tls,
+)
 from tcli.errors import CliError
 
 app = typer.Typer()
@@ -188,6 +200,15 @@ def perf(
             help="Load generator processes (0: as many as the load needs, at most one per core).",
         ),
     ] = 0,
+    ssl_grpc_use_ssl: GrpcUseSsl = "false",
+    ssl_grpc_root_certifications_file: GrpcRoot = "",
+    ssl_grpc_private_key_file: GrpcKey = "",
+    ssl_grpc_certificate_chain_file: GrpcChain = "",
+    ssl_https_verify_peer: HttpsVerifyPeer = 1,
+    ssl_https_verify_host: HttpsVerifyHost = 2,
+    ssl_https_ca_certificates_file: HttpsCa = "",
+    ssl_https_client_certificate_file: HttpsCert = "",
+    ssl_https_private_key_file: HttpsKey = "",
 ) -> None:
     """Measure throughput and latency the way perf_analyzer does: windows until three agree, then the
     client's latencies (average, p50/p90/p95/p99) and the server's split (queue, compute) from its
@@ -225,7 +246,18 @@ def perf(
     extra_headers = [_header(h) for h in headers or []]
     id_start, id_end = _sequence_ids(sequence_id_range)
 
-    info, server_has_stats, read_stats = read_model(model_name, model_version, protocol.value, url)
+    tls = client_tls(
+        ssl_grpc_use_ssl,
+        ssl_grpc_root_certifications_file,
+        ssl_grpc_private_key_file,
+        ssl_grpc_certificate_chain_file,
+        ssl_https_verify_peer,
+        ssl_https_verify_host,
+        ssl_https_ca_certificates_file,
+        ssl_https_client_certificate_file,
+        ssl_https_private_key_file,
+    )
+    info, server_has_stats, read_stats = read_model(model_name, model_version, protocol.value, url, tls)
     if info.max_batch_size == 0 and batch_size > 1:
         raise CliError(
             f"can not specify batch size > 1 as the model does not support batching (model '{model_name}' "
@@ -267,6 +299,7 @@ def perf(
         id_start,
         id_end,
         num_of_sequences,
+        tls,
     )
     from tcli.perf.profiler import default_processes
 

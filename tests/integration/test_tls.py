@@ -398,3 +398,41 @@ def test_tcli_infer_takes_perf_analyzers_tls_options(mutual_server: Server, cert
         "-u", f"127.0.0.1:{mutual_server.http_port}", "--ssl-https-ca-certificates-file", str(certs.ca)
     )
     assert plain.returncode == 1 and "write the URL as https://" in plain.stderr, plain.stderr
+
+
+@pytest.mark.parametrize("client", ["raw", "grpcio"])
+def test_tcli_perf_over_tls(mutual_server: Server, certs: Certificates, client: str) -> None:
+    """tcli perf's load generators over gRPC with mutual TLS (its own HTTP/2 transport, and grpc.aio)
+    and over HTTPS."""
+    fast = [
+        "-m",
+        "simple",
+        "-p",
+        "200",
+        "-s",
+        "1000",
+        "-r",
+        "10",
+        "--concurrency-range",
+        "2",
+    ]  # any 3 windows
+    grpc_tls = ["--ssl-grpc-use-ssl", "true", "--ssl-grpc-root-certifications-file", str(certs.ca)]
+    grpc_tls += ["--ssl-grpc-private-key-file", str(certs.client_key)]
+    grpc_tls += ["--ssl-grpc-certificate-chain-file", str(certs.client_cert)]
+    https_tls = ["--ssl-https-ca-certificates-file", str(certs.ca)]
+    https_tls += ["--ssl-https-client-certificate-file", str(certs.client_cert)]
+    https_tls += ["--ssl-https-private-key-file", str(certs.client_key)]
+    runs = {
+        "grpc": ["-i", "grpc", "-u", f"127.0.0.1:{mutual_server.grpc_port}", *grpc_tls],
+        "https": ["-u", f"https://127.0.0.1:{mutual_server.http_port}", *https_tls],
+    }
+    for name, args in runs.items():
+        done = subprocess.run(
+            [str(TCLI), "perf", *fast, *args],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TCLI_PERF_GRPC_CLIENT": client},
+        )
+        assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"
+        assert "Throughput" in done.stdout and "errors" not in done.stdout.lower(), done.stdout
