@@ -18,18 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tcli.commands.tls_options import (
-    GrpcChain,
-    GrpcKey,
-    GrpcRoot,
-    GrpcUseSsl,
-    HttpsCa,
-    HttpsCert,
-    HttpsKey,
-    HttpsVerifyHost,
-    HttpsVerifyPeer,
-    client_tls,
-)
+from tcli.commands.tls_options import current_tls, with_tls
 from tcli.errors import CliError
 
 if TYPE_CHECKING:
@@ -62,6 +51,7 @@ class Format(enum.StrEnum):
 
 
 @app.command()
+@with_tls
 def infer(
     model: Annotated[str, typer.Option("-m", "--model-name", help="Name of the model.", show_default=False)],
     images: Annotated[
@@ -134,15 +124,6 @@ def infer(
             "--format", "-f", help="table (images: image_client's text) or json.", case_sensitive=False
         ),
     ] = Format.table,
-    ssl_grpc_use_ssl: GrpcUseSsl = "false",
-    ssl_grpc_root_certifications_file: GrpcRoot = "",
-    ssl_grpc_private_key_file: GrpcKey = "",
-    ssl_grpc_certificate_chain_file: GrpcChain = "",
-    ssl_https_verify_peer: HttpsVerifyPeer = 1,
-    ssl_https_verify_host: HttpsVerifyHost = 2,
-    ssl_https_ca_certificates_file: HttpsCa = "",
-    ssl_https_client_certificate_file: HttpsCert = "",
-    ssl_https_private_key_file: HttpsKey = "",
 ) -> None:
     """Run inference: classify images like Triton's image_client, or send any tensors to any model.
 
@@ -163,19 +144,8 @@ def infer(
     from tcli.client import connect
     from tcli.client.types import ClientError
 
-    tls = client_tls(
-        ssl_grpc_use_ssl,
-        ssl_grpc_root_certifications_file,
-        ssl_grpc_private_key_file,
-        ssl_grpc_certificate_chain_file,
-        ssl_https_verify_peer,
-        ssl_https_verify_host,
-        ssl_https_ca_certificates_file,
-        ssl_https_client_certificate_file,
-        ssl_https_private_key_file,
-    )
     try:
-        client = connect(url, protocol.value, tls=tls)
+        client = connect(url, protocol.value, tls=current_tls())
     except ClientError as exc:
         raise CliError(exc.message) from None
     with client:

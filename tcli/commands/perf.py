@@ -9,18 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tcli.commands.tls_options import (
-    GrpcChain,
-    GrpcKey,
-    GrpcRoot,
-    GrpcUseSsl,
-    HttpsCa,
-    HttpsCert,
-    HttpsKey,
-    HttpsVerifyHost,
-    HttpsVerifyPeer,
-    client_tls,
-)
+from tcli.commands.tls_options import current_tls, with_tls
 from tcli.errors import CliError
 
 app = typer.Typer()
@@ -77,6 +66,7 @@ def _header(text: str) -> tuple[str, str]:
 
 
 @app.command(no_args_is_help=True)
+@with_tls
 def perf(
     model_name: Annotated[
         str, typer.Option("-m", help="The model to measure (required).", show_default=False)
@@ -200,15 +190,6 @@ def perf(
             help="Load generator processes (0: as many as the load needs, at most one per core).",
         ),
     ] = 0,
-    ssl_grpc_use_ssl: GrpcUseSsl = "false",
-    ssl_grpc_root_certifications_file: GrpcRoot = "",
-    ssl_grpc_private_key_file: GrpcKey = "",
-    ssl_grpc_certificate_chain_file: GrpcChain = "",
-    ssl_https_verify_peer: HttpsVerifyPeer = 1,
-    ssl_https_verify_host: HttpsVerifyHost = 2,
-    ssl_https_ca_certificates_file: HttpsCa = "",
-    ssl_https_client_certificate_file: HttpsCert = "",
-    ssl_https_private_key_file: HttpsKey = "",
 ) -> None:
     """Measure throughput and latency the way perf_analyzer does: windows until three agree, then the
     client's latencies (average, p50/p90/p95/p99) and the server's split (queue, compute) from its
@@ -246,17 +227,7 @@ def perf(
     extra_headers = [_header(h) for h in headers or []]
     id_start, id_end = _sequence_ids(sequence_id_range)
 
-    tls = client_tls(
-        ssl_grpc_use_ssl,
-        ssl_grpc_root_certifications_file,
-        ssl_grpc_private_key_file,
-        ssl_grpc_certificate_chain_file,
-        ssl_https_verify_peer,
-        ssl_https_verify_host,
-        ssl_https_ca_certificates_file,
-        ssl_https_client_certificate_file,
-        ssl_https_private_key_file,
-    )
+    tls = current_tls()
     info, server_has_stats, read_stats = read_model(model_name, model_version, protocol.value, url, tls)
     if info.max_batch_size == 0 and batch_size > 1:
         raise CliError(

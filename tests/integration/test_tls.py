@@ -436,3 +436,28 @@ def test_tcli_perf_over_tls(mutual_server: Server, certs: Certificates, client: 
         )
         assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"
         assert "Throughput" in done.stdout and "errors" not in done.stdout.lower(), done.stdout
+
+
+def test_tcli_model_takes_perf_analyzers_tls_options(mutual_server: Server, certs: Certificates) -> None:
+    grpc_tls = ["-i", "grpc", "-u", f"127.0.0.1:{mutual_server.grpc_port}", "--ssl-grpc-use-ssl=true"]
+    grpc_tls += [f"--ssl-grpc-root-certifications-file={certs.ca}"]
+    grpc_tls += [f"--ssl-grpc-private-key-file={certs.client_key}"]
+    grpc_tls += [f"--ssl-grpc-certificate-chain-file={certs.client_cert}"]
+    https_tls = ["-u", f"https://127.0.0.1:{mutual_server.http_port}"]
+    https_tls += [f"--ssl-https-ca-certificates-file={certs.ca}"]
+    https_tls += [f"--ssl-https-client-certificate-file={certs.client_cert}"]
+    https_tls += [f"--ssl-https-private-key-file={certs.client_key}"]
+    for args in (grpc_tls, https_tls):
+        done = subprocess.run(
+            [str(TCLI), "model", "list", "-f", "json", *args], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        assert [row["name"] for row in json.loads(done.stdout)] == ["simple"]
+    missing = subprocess.run(
+        [str(TCLI), "model", "list", *https_tls, "--ssl-https-ca-certificates-file=/no/such/ca.pem"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert missing.returncode == 1 and "--ssl-https-ca-certificates-file /no/such/ca.pem" in missing.stderr
+    assert "Traceback" not in missing.stderr
