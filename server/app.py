@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from server.frontends.tls import ServerTls, TlsSettings, load_tls
 from server.logs import LogSettings
 from server.protocol.restricted import Restriction
 from server.protocol.shm import SharedMemoryRegistry
@@ -75,6 +76,34 @@ class ServerSettings:
     # carry (server/protocol/restricted.py parses the flags)
     http_restricted_api: dict[str, Restriction] = field(default_factory=dict)
     grpc_restricted_protocol: dict[str, Restriction] = field(default_factory=dict)
+    # TLS (server/frontends/tls.py): gRPC with tritonserver's flags; HTTP with flags named after them
+    # (Triton serves no HTTPS). Mutual TLS implies TLS, as tritonserver's --grpc-use-ssl-mutual does.
+    grpc_use_ssl: bool = False
+    grpc_use_ssl_mutual: bool = False
+    grpc_server_cert: str = ""
+    grpc_server_key: str = ""
+    grpc_root_cert: str = ""
+    http_use_ssl: bool = False
+    http_use_ssl_mutual: bool = False
+    http_server_cert: str = ""
+    http_server_key: str = ""
+    http_root_cert: str = ""
+
+    def grpc_tls(self) -> TlsSettings | None:
+        """The gRPC front end's TLS settings; None: plain text."""
+        if not (self.grpc_use_ssl or self.grpc_use_ssl_mutual):
+            return None
+        return TlsSettings(
+            "grpc", self.grpc_server_cert, self.grpc_server_key, self.grpc_root_cert, self.grpc_use_ssl_mutual
+        )
+
+    def http_tls(self) -> TlsSettings | None:
+        """The HTTP front end's TLS settings; None: plain text."""
+        if not (self.http_use_ssl or self.http_use_ssl_mutual):
+            return None
+        return TlsSettings(
+            "http", self.http_server_cert, self.http_server_key, self.http_root_cert, self.http_use_ssl_mutual
+        )
 
 
 class StartupError(RuntimeError):
@@ -91,6 +120,14 @@ class Server:
 
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
+        # certificates first: a file that cannot be used stops the server before any model loads
+        grpc_tls, http_tls = settings.grpc_tls(), settings.http_tls()
+        self.grpc_tls: ServerTls | None = (
+            load_tls(grpc_tls, ["h2"]) if grpc_tls and settings.allow_grpc else None
+        )
+        self.http_tls: ServerTls | None = (
+            load_tls(http_tls, ["http/1.1"]) if http_tls and settings.allow_http else None
+        )
         self.manager = ModelManager(
             settings.model_repositories,
             settings.model_control_mode,
@@ -206,6 +243,7 @@ class Server:
                 reuse_port=settings.reuse_http_port,
                 direct=app,
                 on_close=app.close,
+                ssl_context=None if self.http_tls is None else self.http_tls.context,
             )
             self.http_port = handle.port
             self._handles.append(handle)
@@ -233,6 +271,7 @@ class Server:
                 shm_registry=self.shm_registry,
                 implementation=settings.grpc_implementation,
                 restricted=settings.grpc_restricted_protocol,
+                tls=self.grpc_tls,
             )
             self.grpc_port = grpc_handle.port
             self._handles.append(grpc_handle)
@@ -283,7 +322,8 @@ def _new_event_loop() -> asyncio.AbstractEventLoop:
 
 def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = None) -> int:
     """Serve until SIGINT/SIGTERM (the `tcli serve` main loop). Returns the process exit code; raises
-    StartupError when a model or repository failed at start-up and `exit_on_error` is set."""
+    StartupError when a model or repository failed at start-up and `exit_on_error` is set, TlsError
+    (server/frontends/tls.py) before loading anything when a certificate or key cannot be used."""
     server = Server(settings)
     server.load_models()
     if settings.exit_on_error:

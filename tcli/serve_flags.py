@@ -4,7 +4,7 @@
 tritonserver 2.51 is listed here, so that a command line written for Triton starts tcli: flags that
 only matter on a GPU or inside Triton's C++ (memory pools, thread counts, keepalive tuning) are
 accepted and named in one warning line; flags whose absence would change what a client gets in a
-way that matters (TLS, other protocols) are refused with an error unless they ask
+way that matters (other front ends: SageMaker, Vertex AI) are refused with an error unless they ask
 for the off setting, because running without them would be silently misleading. Both `--flag=value`
 and `--flag value` are read, as tritonserver reads them.
 """
@@ -34,11 +34,6 @@ FLAGS: dict[str, Flag] = {
     # gRPC
     "grpc-header-forward-pattern": Flag(LATER),
     "grpc-infer-allocation-pool-size": Flag(GPU),
-    "grpc-use-ssl": Flag("TLS is not implemented by tcli", refuse_unless="false"),
-    "grpc-use-ssl-mutual": Flag("TLS is not implemented by tcli", refuse_unless="false"),
-    "grpc-server-cert": Flag("TLS is not implemented by tcli", refuse_unless=""),
-    "grpc-server-key": Flag("TLS is not implemented by tcli", refuse_unless=""),
-    "grpc-root-cert": Flag("TLS is not implemented by tcli", refuse_unless=""),
     "grpc-infer-response-compression-level": Flag(LATER),
     "grpc-keepalive-time": Flag(GPU),
     "grpc-keepalive-timeout": Flag(GPU),

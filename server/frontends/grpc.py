@@ -44,6 +44,7 @@ from server.protocol.tensors import SHM_DISABLED, ShmView
 
 if TYPE_CHECKING:
     from server.frontends.grpc_native import NativeGrpcServerHandle
+    from server.frontends.tls import ServerTls
     from server.service import InferenceService
 
 log = logging.getLogger("tcli.server.grpc")
@@ -418,14 +419,16 @@ async def serve_grpc(
     implementation: str = "native",
     reuse_port: bool = False,
     restricted: Restrictions | None = None,
+    tls: ServerTls | None = None,
 ) -> GrpcServerHandle | NativeGrpcServerHandle:
     """Serve GRPCInferenceService and Health for `service` on host:port (0: any free port; the handle
     tells which) from the running event loop. `allow_client_shm` enables client system shared memory
     (--allow-client-shm), kept in `shm_registry` when given (to share regions with the HTTP front end).
     `implementation`: "native" (server/frontends/grpc_native: HTTP/2 on the event loop, the fast one)
     or "grpcio" (grpc.aio). Both call the same GrpcFrontend methods. `reuse_port`
-    (--reuse-grpc-port) lets several servers share the port. Raises OSError when the address cannot
-    be bound. `restricted`: the groups --grpc-restricted-protocol restricts."""
+    (--reuse-grpc-port) lets several servers share the port; `tls` (--grpc-use-ssl) serves TLS. Raises
+    OSError when the address cannot be bound. `restricted`: the groups --grpc-restricted-protocol
+    restricts."""
     if implementation not in GRPC_IMPLEMENTATIONS:
         raise ValueError(f"unknown gRPC implementation {implementation!r}: use native or grpcio")
     frontend = GrpcFrontend(
@@ -442,6 +445,7 @@ async def serve_grpc(
             max_message_size=max_message_size,
             generic_handlers=[health_handler(frontend)],
             reuse_port=reuse_port,
+            ssl_context=None if tls is None else tls.context,
         )
     options = [*server_options(max_message_size), ("grpc.so_reuseport", 1 if reuse_port else 0)]
     server = aio.server(options=options)
@@ -449,7 +453,10 @@ async def serve_grpc(
     server.add_generic_rpc_handlers((health_handler(frontend),))
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(address)
+        if tls is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, tls.grpc_credentials())
     except RuntimeError as exc:
         raise OSError(f"gRPC server could not bind {address}: {exc}") from None
     if bound == 0:

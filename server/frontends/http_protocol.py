@@ -54,6 +54,7 @@ class ServerState:
         self.connections: set[HttpProtocol] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self.shutting_down = False
+        self.scheme = "http"  # "https" when the server's connections are TLS
 
 
 class _HeadTooLarge(Exception):
@@ -278,7 +279,7 @@ class HttpProtocol(asyncio.Protocol):
             "asgi": _ASGI,
             "http_version": version,
             "method": method.decode("ascii"),
-            "scheme": "http",
+            "scheme": state.scheme,
             "path": unquote(path) if "%" in path else path,
             "raw_path": raw_path,
             "query_string": url.query or b"",

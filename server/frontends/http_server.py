@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -90,16 +91,22 @@ async def serve_http(
     keep_alive_timeout: float = KEEP_ALIVE_TIMEOUT,
     direct: DirectInference | None = None,
     on_close: Callable[[], None] | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> HttpServerHandle:
     """Serve `app` (an ASGI 3 app) on host:port (0: any free port; the handle tells which) from the
     running event loop; `direct` (http_direct's interface, usually the same object) answers plain
-    inference requests outside ASGI, and `on_close` runs once shutdown has finished. Signals are left
-    to the caller; raises OSError when the address cannot be bound."""
+    inference requests outside ASGI, and `on_close` runs once shutdown has finished; with
+    `ssl_context` (server/frontends/tls.py) it serves HTTPS. Signals are left to the caller; raises
+    OSError when the address cannot be bound."""
     loop = asyncio.get_running_loop()
     state = ServerState(app, loop, keep_alive_timeout, direct)
+    if ssl_context is not None:
+        state.scheme = "https"
     sock = _bind(host, port, reuse_port)
     try:
-        server = await loop.create_server(lambda: HttpProtocol(state), sock=sock, backlog=2048)
+        server = await loop.create_server(
+            lambda: HttpProtocol(state), sock=sock, backlog=2048, ssl=ssl_context
+        )
     except BaseException:
         sock.close()
         raise

@@ -9,13 +9,14 @@ import numpy as np
 
 from server.protocol import datatypes
 from server.protocol.tensors import deserialize_bytes, serialize_bytes
+from tcli.client.tls import ClientTls
 from tcli.client.types import ClientError, InferInput, InferResult, RequestedOutput
 
 MAX_MESSAGE_BYTES = 2**31 - 1  # real tensors exceed gRPC's 4 MB default
 
 
 class GrpcClient:
-    def __init__(self, url: str, timeout: float = 60.0) -> None:
+    def __init__(self, url: str, timeout: float = 60.0, tls: ClientTls | None = None) -> None:
         import grpc
         from tritonclient.grpc import service_pb2, service_pb2_grpc
 
@@ -27,7 +28,11 @@ class GrpcClient:
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ]
-        self._channel = grpc.insecure_channel(self.url, options=options)
+        credentials = None if tls is None else tls.grpc_credentials()
+        if credentials is None:
+            self._channel = grpc.insecure_channel(self.url, options=options)
+        else:
+            self._channel = grpc.secure_channel(self.url, credentials, options=options)
         self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
 
     def close(self) -> None:
@@ -46,7 +51,8 @@ class GrpcClient:
             code = exc.code()
             if code == self._grpc.StatusCode.UNAVAILABLE and "connect" in (exc.details() or "").lower():
                 raise ClientError(
-                    f"cannot reach {self.url}: {exc.details()} (is the server running? check -u)"
+                    f"cannot reach {self.url}: {exc.details()} (is the server running? check -u, and "
+                    "--ssl-grpc-use-ssl if it serves TLS)"
                 ) from None
             raise ClientError(exc.details() or code.name, code.name) from None
 

@@ -9,16 +9,22 @@ import numpy as np
 
 from server.protocol import datatypes
 from server.protocol.tensors import deserialize_bytes, serialize_bytes
+from tcli.client.tls import ClientTls
 from tcli.client.types import ClientError, InferInput, InferResult, RequestedOutput
 
 
 class HttpClient:
-    def __init__(self, url: str, timeout: float = 60.0) -> None:
+    def __init__(self, url: str, timeout: float = 60.0, tls: ClientTls | None = None) -> None:
         import httpx
 
         base = url if "://" in url else f"http://{url}"
         self.url = base.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, timeout=timeout)
+        tls = tls or ClientTls()
+        https = self.url.startswith("https://")
+        if tls.https_given() and not https:
+            raise ClientError(f"--ssl-https-* options apply to HTTPS: write the URL as https://{url}")
+        verify = tls.https_context() if https else True
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, verify=verify)
 
     def close(self) -> None:
         self._http.close()

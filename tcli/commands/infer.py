@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from tcli.commands.tls_options import current_tls, with_tls
 from tcli.errors import CliError
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class Format(enum.StrEnum):
 
 
 @app.command()
+@with_tls
 def infer(
     model: Annotated[str, typer.Option("-m", "--model-name", help="Name of the model.", show_default=False)],
     images: Annotated[
@@ -140,8 +142,13 @@ def infer(
         raise CliError("--output-dir applies to the generic mode (--input tensors), not to images")
 
     from tcli.client import connect
+    from tcli.client.types import ClientError
 
-    with connect(url, protocol.value) as client:
+    try:
+        client = connect(url, protocol.value, tls=current_tls())
+    except ClientError as exc:
+        raise CliError(exc.message) from None
+    with client:
         metadata = _call(client.model_metadata, model, version, what="metadata")
         if images:
             _classify_images(
@@ -429,21 +436,23 @@ def _tensor(
     """One --input value as an array of the model's data type and shape, or a one-line error."""
     import numpy as np
 
+    from tcli.commands import infer_values
+
     datatype = str(meta["datatype"])
     model_shape = [int(d) for d in meta.get("shape", [])]
     raw_shape: list[int] | None = None
     if value.startswith("@"):
-        raw, raw_shape = _read_file(name, Path(value[1:]))
+        raw, raw_shape = infer_values.read_file(name, Path(value[1:]))
     elif value.lstrip().startswith(("[", "{")):
         try:
-            raw, raw_shape = _from_json(json.loads(value))
+            raw, raw_shape = infer_values.from_json(json.loads(value))
         except ValueError as exc:
             raise CliError(f"--input {name}: not valid JSON: {exc}") from None
     elif datatype == "BYTES":
         raw = np.array(value.split(",") if value else [], dtype=object)
     else:
-        raw = _literals(name, value, datatype)
-    array = _as_datatype(name, raw, datatype)
+        raw = infer_values.literals(name, value, datatype)
+    array = infer_values.as_datatype(name, raw, datatype)
 
     wanted = shape or raw_shape
     if wanted is not None:
@@ -469,93 +478,6 @@ def _tensor(
             f"{_shape_text(model_shape)}{batch_note}; give matching data or --shape {name}:D1,D2,..."
         )
     return array
-
-
-def _read_file(name: str, path: Path) -> tuple[np.ndarray[Any, Any], list[int] | None]:
-    import numpy as np
-
-    if not path.is_file():
-        raise CliError(f"--input {name}: file '{path}' not found")
-    if path.suffix == ".npy":
-        try:
-            array = np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise CliError(f"--input {name}: '{path}' is not a readable .npy file: {exc}") from None
-        return array, list(array.shape)
-    if path.suffix == ".json":
-        try:
-            return _from_json(json.loads(path.read_text(encoding="utf-8")))
-        except ValueError as exc:
-            raise CliError(f"--input {name}: '{path}' is not valid JSON: {exc}") from None
-    raise CliError(f"--input {name}: '{path}' should be a .npy or .json file")
-
-
-def _from_json(data: Any) -> tuple[np.ndarray[Any, Any], list[int] | None]:
-    """A JSON array (nested lists give the shape), or perf_analyzer's {"content": [...], "shape": [...]}."""
-    import numpy as np
-
-    shape: list[int] | None = None
-    if isinstance(data, dict):
-        if "shape" in data:
-            shape = [int(d) for d in data["shape"]]
-        data = data.get("content", data.get("data"))
-        if data is None:
-            raise ValueError('expected an array, or an object with "content" (and optionally "shape")')
-    try:
-        array = np.array(data)
-    except ValueError:  # ragged nesting
-        raise ValueError("nested lists of different lengths") from None
-    if array.dtype.kind == "O":
-        raise ValueError("nested lists of different lengths")
-    return array, shape if shape is not None else (list(array.shape) if array.ndim > 1 else None)
-
-
-def _literals(name: str, value: str, datatype: str) -> np.ndarray[Any, Any]:
-    import numpy as np
-
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    if datatype == "BOOL":
-        truth = {"true": True, "1": True, "false": False, "0": False}
-        try:
-            return np.array([truth[v.lower()] for v in items], dtype=bool)
-        except KeyError as exc:
-            raise CliError(f"--input {name}: {exc.args[0]} is not a BOOL (true/false/1/0)") from None
-    try:
-        numbers = [int(v) if datatype.startswith(("INT", "UINT")) else float(v) for v in items]
-    except ValueError:
-        raise CliError(
-            f"--input {name}: expected comma-separated {datatype} numbers, got '{value}'"
-        ) from None
-    return np.array(numbers)
-
-
-def _as_datatype(name: str, array: np.ndarray[Any, Any], datatype: str) -> np.ndarray[Any, Any]:
-    """Cast to the model's type only when no value changes (1.5 is not an INT32, 300 not a UINT8)."""
-    import numpy as np
-
-    from server.protocol.datatypes import wire_to_numpy
-
-    if datatype == "BYTES":
-        flat = [v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1).tolist()]
-        return np.array(flat, dtype=object).reshape(array.shape)
-    try:
-        target = wire_to_numpy(datatype)
-    except KeyError:
-        raise CliError(
-            f"--input {name}: data type {datatype} cannot be given from the command line"
-        ) from None
-    if array.dtype.kind not in "biuf":
-        raise CliError(f"--input {name}: expected {datatype} numbers, got {array.dtype} values")
-    if array.size == 0:
-        return array.astype(target)
-    if target.kind == "f":
-        return array.astype(target)
-    with np.errstate(invalid="ignore", over="ignore"):
-        cast = array.astype(target)
-        same = np.array_equal(cast.astype(np.float64), array.astype(np.float64))
-    if not same:
-        raise CliError(f"--input {name}: the values do not all fit {datatype} (whole numbers in range)")
-    return cast
 
 
 def _write_outputs(result: InferResult, output_dir: Path | None, as_json: bool) -> None:

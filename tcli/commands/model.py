@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from tcli.commands.tls_options import current_tls, with_tls
 from tcli.errors import CliError
 
 if TYPE_CHECKING:
@@ -40,8 +41,12 @@ Version = Annotated[str, typer.Option("-x", "--model-version", help="Model versi
 
 def _client(url: str | None, protocol: Protocol) -> HttpClient | GrpcClient:
     from tcli.client import connect
+    from tcli.client.types import ClientError
 
-    return connect(url, protocol.value)
+    try:
+        return connect(url, protocol.value, tls=current_tls())
+    except ClientError as exc:  # a TLS file that cannot be read or used
+        raise CliError(exc.message) from None
 
 
 def _call(function: Any, *args: Any, **kwargs: Any) -> Any:
@@ -58,6 +63,7 @@ def _print_json(data: Any) -> None:
 
 
 @app.command("list")
+@with_tls
 def list_models(url: Url = None, protocol: Proto = Protocol.http, format: Fmt = Format.table) -> None:
     """Every model in the server's repositories, with version, state and reason."""
     from tcli import render
@@ -71,6 +77,7 @@ def list_models(url: Url = None, protocol: Proto = Protocol.http, format: Fmt = 
 
 
 @app.command()
+@with_tls
 def status(model: str, url: Url = None, protocol: Proto = Protocol.http, format: Fmt = Format.table) -> None:
     """Is the model ready, which versions are loaded, and why a version is not."""
     from tcli import render
@@ -89,6 +96,7 @@ def status(model: str, url: Url = None, protocol: Proto = Protocol.http, format:
 
 
 @app.command()
+@with_tls
 def load(
     model: str,
     config: Annotated[
@@ -125,6 +133,7 @@ def _config_override(path: Path) -> str:
 
 
 @app.command()
+@with_tls
 def unload(
     model: str,
     unload_dependents: Annotated[
@@ -140,6 +149,7 @@ def unload(
 
 
 @app.command()
+@with_tls
 def config(
     model: str,
     version: Version = "",
@@ -160,6 +170,7 @@ def config(
 
 
 @app.command()
+@with_tls
 def metadata(
     model: str,
     version: Version = "",
@@ -179,6 +190,7 @@ def metadata(
 
 
 @app.command()
+@with_tls
 def stats(
     model: Annotated[str, typer.Argument(help="Model (default: every loaded model).")] = "",
     version: Version = "",

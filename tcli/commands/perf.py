@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from tcli.commands.tls_options import current_tls, with_tls
 from tcli.errors import CliError
 
 app = typer.Typer()
@@ -65,6 +66,7 @@ def _header(text: str) -> tuple[str, str]:
 
 
 @app.command(no_args_is_help=True)
+@with_tls
 def perf(
     model_name: Annotated[
         str, typer.Option("-m", help="The model to measure (required).", show_default=False)
@@ -225,7 +227,8 @@ def perf(
     extra_headers = [_header(h) for h in headers or []]
     id_start, id_end = _sequence_ids(sequence_id_range)
 
-    info, server_has_stats, read_stats = read_model(model_name, model_version, protocol.value, url)
+    tls = current_tls()
+    info, server_has_stats, read_stats = read_model(model_name, model_version, protocol.value, url, tls)
     if info.max_batch_size == 0 and batch_size > 1:
         raise CliError(
             f"can not specify batch size > 1 as the model does not support batching (model '{model_name}' "
@@ -267,6 +270,7 @@ def perf(
         id_start,
         id_end,
         num_of_sequences,
+        tls,
     )
     from tcli.perf.profiler import default_processes
 

@@ -144,6 +144,45 @@ def serve(
             "without the metadata triton-grpc-protocol-<key>; same groups as --http-restricted-api."
         ),
     ] = None,
+    grpc_use_ssl: Annotated[
+        str, typer.Option(metavar="BOOLEAN", help="Serve gRPC over TLS (needs --grpc-server-cert and -key).")
+    ] = "false",
+    grpc_use_ssl_mutual: Annotated[
+        str | None,
+        typer.Option(
+            metavar="BOOLEAN",
+            help="true: gRPC clients need a certificate signed by --grpc-root-cert. Given at all, it turns "
+            "TLS on (as in tritonserver).",
+            show_default=False,
+        ),
+    ] = None,
+    grpc_server_cert: Annotated[str, typer.Option(help="The gRPC server's certificate (PEM file).")] = "",
+    grpc_server_key: Annotated[str, typer.Option(help="The gRPC server's private key (PEM file).")] = "",
+    grpc_root_cert: Annotated[
+        str,
+        typer.Option(help="CA certificate (PEM) that client certificates must be signed by (mutual TLS)."),
+    ] = "",
+    http_use_ssl: Annotated[
+        str,
+        typer.Option(
+            metavar="BOOLEAN", help="Serve HTTPS (needs --http-server-cert and -key; not in Triton)."
+        ),
+    ] = "false",
+    http_use_ssl_mutual: Annotated[
+        str | None,
+        typer.Option(
+            metavar="BOOLEAN",
+            help="true: HTTPS clients need a certificate signed by --http-root-cert. Given at all, it turns "
+            "HTTPS on.",
+            show_default=False,
+        ),
+    ] = None,
+    http_server_cert: Annotated[str, typer.Option(help="The HTTPS server's certificate (PEM file).")] = "",
+    http_server_key: Annotated[str, typer.Option(help="The HTTPS server's private key (PEM file).")] = "",
+    http_root_cert: Annotated[
+        str,
+        typer.Option(help="CA certificate (PEM) that client certificates must be signed by (mutual TLS)."),
+    ] = "",
     allow_metrics: Bool = "true",
     allow_cpu_metrics: Annotated[
         str, typer.Option(metavar="BOOLEAN", help="Include the host CPU and memory gauges.")
@@ -188,6 +227,7 @@ def serve(
 
     from server import logs
     from server.app import ServerSettings, StartupError, run
+    from server.frontends.tls import TlsError
     from server.protocol import restricted
     from server.protocol.errors import TritonError
     from server.repository.manager import ControlMode
@@ -277,12 +317,27 @@ def serve(
         repoagent_directories=list(repoagent_directory or []),
         http_restricted_api=http_restrictions,
         grpc_restricted_protocol=grpc_restrictions,
+        # tritonserver's parser turns TLS on for --grpc-use-ssl-mutual whatever its value
+        grpc_use_ssl=_flag("grpc-use-ssl", grpc_use_ssl) or grpc_use_ssl_mutual is not None,
+        grpc_use_ssl_mutual=grpc_use_ssl_mutual is not None
+        and _flag("grpc-use-ssl-mutual", grpc_use_ssl_mutual),
+        grpc_server_cert=grpc_server_cert,
+        grpc_server_key=grpc_server_key,
+        grpc_root_cert=grpc_root_cert,
+        http_use_ssl=_flag("http-use-ssl", http_use_ssl) or http_use_ssl_mutual is not None,
+        http_use_ssl_mutual=http_use_ssl_mutual is not None
+        and _flag("http-use-ssl-mutual", http_use_ssl_mutual),
+        http_server_cert=http_server_cert,
+        http_server_key=http_server_key,
+        http_root_cert=http_root_cert,
     )
     try:
         code = run(settings, on_started=_print_startup)
     except StartupError as exc:  # tritonserver's default --exit-on-error=true: its tables, then its error
         _print_tables(exc.server)
         raise CliError(f"{exc} (--exit-on-error=false serves the models that did load)") from None
+    except TlsError as exc:  # before any model loaded: the file and flag to mend
+        raise CliError(str(exc)) from None
     except OSError as exc:
         raise CliError(
             f"cannot start the server: {exc.strerror or exc} (is the port already in use? try --http-port 0)"
@@ -320,9 +375,11 @@ def _print_startup(server: Server) -> None:
 
     _print_tables(server)
     console = Console(stderr=True)
+    https = "S" if server.http_tls else ""
+    grpc_tls = " (TLS)" if server.grpc_tls else ""
     ports = [
-        f"HTTP on {server.settings.host}:{server.http_port}" if server.http_port else "",
-        f"gRPC on {server.settings.grpc_address}:{server.grpc_port}" if server.grpc_port else "",
+        f"HTTP{https} on {server.settings.host}:{server.http_port}" if server.http_port else "",
+        f"gRPC{grpc_tls} on {server.settings.grpc_address}:{server.grpc_port}" if server.grpc_port else "",
         f"metrics on {server.settings.metrics_address}:{server.metrics_port}" if server.metrics_port else "",
     ]
     console.print("Started " + ", ".join(p for p in ports if p) + " (Ctrl-C to stop)")

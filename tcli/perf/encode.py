@@ -17,12 +17,12 @@ DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
 
 
 def split_url(url: str | None, protocol: str) -> tuple[str, int]:
-    """-u as perf_analyzer takes it: host:port, optionally with http:// (or grpc://)."""
+    """-u as perf_analyzer takes it: host:port, optionally with http://, https:// (or grpc://)."""
     text = (url or f"localhost:{DEFAULT_PORTS[protocol]}").strip()
     if "://" in text:
         scheme, text = text.split("://", 1)
-        if scheme == "https":
-            raise CliError("-u: https is not supported by tcli perf; give host:port of a plain HTTP endpoint")
+        if scheme == "https" and protocol != "http":
+            raise CliError("-u: https:// is for -i http; gRPC over TLS is --ssl-grpc-use-ssl true")
     text = text.split("/", 1)[0]
     host, sep, port = text.rpartition(":")
     if not sep:

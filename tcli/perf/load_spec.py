@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tcli.client.tls import ClientTls
 
 now_ns = time.monotonic_ns  # CLOCK_MONOTONIC: one clock for every process on the machine
 
@@ -53,6 +56,9 @@ class LoadSpec:
     num_of_sequences: int = 4  # request-rate mode
     seed: int = 0
     timeout_s: float = 60.0
+    # TLS: perf_analyzer's --ssl-* options (gRPC over TLS; HTTPS for an https:// -u)
+    tls: ClientTls | None = None
+    https: bool = False
 
 
 class RequestFailed(Exception):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tcli.client import connect
+from tcli.client.tls import ClientTls
 from tcli.client.types import ClientError
 from tcli.errors import CliError
 from tcli.perf.data import from_json_file, synthetic
@@ -17,10 +18,15 @@ from tcli.perf.model import model_info, resolve_shapes
 from tcli.perf.stats import parse_statistics
 
 
-def read_model(model: str, version: str, protocol: str, url: str | None) -> tuple[Any, bool, Any]:
+def read_model(
+    model: str, version: str, protocol: str, url: str | None, tls: ClientTls | None = None
+) -> tuple[Any, bool, Any]:
     """The model's description, whether the server has the statistics extension, and a function that
     reads the statistics perf needs (the model's, or every model's for an ensemble)."""
-    client = connect(url, protocol, timeout=30.0)
+    try:
+        client = connect(url, protocol, timeout=30.0, tls=tls)
+    except ClientError as exc:  # a TLS file that cannot be read or used
+        raise CliError(exc.message) from None
     try:
         try:
             server = client.server_metadata()
@@ -73,6 +79,7 @@ def build_spec(
     id_start: int,
     id_end: int,
     num_of_sequences: int,
+    tls: ClientTls | None = None,
 ) -> Any:
     user_data = input_data not in ("random", "zero")
     resolved = resolve_shapes(info, shapes, allow_variable=user_data)
@@ -102,4 +109,13 @@ def build_spec(
         num_of_sequences=num_of_sequences,
     )
     spec.grpc_client = os.environ.get("TCLI_PERF_GRPC_CLIENT", "raw")  # "grpcio" to compare clients
+    if tls is not None:  # the load generators build the same contexts: their errors, here and once
+        try:
+            tls.grpc_context()
+            if spec.https:
+                tls.https_context()
+        except ClientError as exc:
+            raise CliError(exc.message) from None
+    spec.tls = tls
+    spec.https = protocol == "http" and (url or "").strip().startswith("https://")
     return spec

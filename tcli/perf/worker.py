@@ -94,6 +94,10 @@ class Worker:
         self.rate_locks: list[asyncio.Lock] = []
         self.h2: dict[int, H2Connection] = {}  # by connection group, see GRPC_SLOTS_PER_CONNECTION
         self.h2_connecting: dict[int, asyncio.Task[Any]] = {}
+        # TLS contexts once per process (the parent checked the files: tcli/perf/prepare.py)
+        tls = spec.tls
+        self.http_ssl = tls.https_context() if tls is not None and spec.https else None
+        self.grpc_ssl = tls.grpc_context() if tls is not None else None
         authority = f"{spec.host}:{spec.port}"
         self.unary_block = grpc_header_block(UNARY_PATH, authority, spec.grpc_metadata)
         self.stream_block = grpc_header_block(STREAM_PATH, authority, spec.grpc_metadata)
@@ -219,7 +223,7 @@ class Worker:
     # transports -----------------------------------------------------------------------------------
     async def _http_connect(self) -> HttpConnection:
         _, protocol = await self.loop.create_connection(
-            lambda: HttpConnection(self.loop), self.spec.host, self.spec.port
+            lambda: HttpConnection(self.loop), self.spec.host, self.spec.port, ssl=self.http_ssl
         )
         return protocol
 
@@ -230,7 +234,12 @@ class Worker:
             ("grpc.max_send_message_length", 2**31 - 1),
             ("grpc.max_receive_message_length", 2**31 - 1),
         ]
-        self.grpc_channel = grpc.aio.insecure_channel(f"{self.spec.host}:{self.spec.port}", options=options)
+        target = f"{self.spec.host}:{self.spec.port}"
+        credentials = None if self.spec.tls is None else self.spec.tls.grpc_credentials()
+        if credentials is None:
+            self.grpc_channel = grpc.aio.insecure_channel(target, options=options)
+        else:
+            self.grpc_channel = grpc.aio.secure_channel(target, credentials, options=options)
         self.grpc_unary = self.grpc_channel.unary_unary(UNARY_PATH)
         self.grpc_stream = self.grpc_channel.stream_stream(STREAM_PATH)
 
@@ -242,7 +251,7 @@ class Worker:
             if connecting is None:
                 connecting = self.h2_connecting[group] = self.loop.create_task(
                     self.loop.create_connection(
-                        lambda: H2Connection(self.loop), self.spec.host, self.spec.port
+                        lambda: H2Connection(self.loop), self.spec.host, self.spec.port, ssl=self.grpc_ssl
                     )
                 )
             try:
@@ -290,7 +299,14 @@ class Worker:
         def call() -> str:
             import grpc
 
-            with grpc.insecure_channel(f"{spec.host}:{spec.port}") as channel:
+            target = f"{spec.host}:{spec.port}"
+            credentials = None if spec.tls is None else spec.tls.grpc_credentials()
+            channel = (
+                grpc.insecure_channel(target)
+                if credentials is None
+                else grpc.secure_channel(target, credentials)
+            )
+            with channel:
                 try:
                     channel.unary_unary(UNARY_PATH)(
                         message, timeout=spec.timeout_s, metadata=spec.grpc_metadata or None

@@ -1,7 +1,7 @@
 """tritonserver's whole command line: Triton's own chart arguments start tcli (also under the name
 `tritonserver`), every 2.51 flag is known in both --flag=value and --flag value forms, the flags
 tcli implements work, GPU and C++ tuning flags are named in one warning line, and flags whose absence
-would mislead (TLS, other front ends) are refused."""
+would mislead (other front ends) are refused."""
 
 from __future__ import annotations
 
@@ -74,13 +74,13 @@ def test_every_tritonserver_251_flag_is_known() -> None:
 
 def test_extra_flags_are_read_in_both_forms() -> None:
     positional, found = serve_flags.read_extra_flags(
-        ["repo", "--http-thread-count=8", "--host-policy", "gpu0,numa-node=0", "--grpc-use-ssl=false"]
+        ["repo", "--http-thread-count=8", "--host-policy", "gpu0,numa-node=0", "--allow-sagemaker=false"]
     )
     assert positional == ["repo"]
     assert found == {
         "http-thread-count": ["8"],
         "host-policy": ["gpu0,numa-node=0"],
-        "grpc-use-ssl": ["false"],
+        "allow-sagemaker": ["false"],
     }
     with pytest.raises(serve_flags.FlagError, match="No such option: --no-such-flag"):
         serve_flags.read_extra_flags(["--no-such-flag=1"])
@@ -88,7 +88,7 @@ def test_extra_flags_are_read_in_both_forms() -> None:
         serve_flags.read_extra_flags(["--host-policy"])
 
 
-@pytest.mark.parametrize("flag", ["--grpc-use-ssl=true", "--allow-sagemaker=true"])
+@pytest.mark.parametrize("flag", ["--allow-vertex-ai=true", "--allow-sagemaker=true"])
 def test_flags_whose_absence_would_mislead_are_refused(repo: Path, flag: str) -> None:
     result = run_tcli("serve", str(repo), flag)
     assert result.returncode == 2

@@ -66,7 +66,7 @@ class ServeProcess:
             if not line:
                 break
             self.lines.append(line)
-            match = re.search(r"Started HTTP on [\d.]+:(\d+), gRPC on [\d.]+:(\d+)", line)
+            match = re.search(r"Started HTTPS? on [\d.]+:(\d+), gRPC(?: \(TLS\))? on [\d.]+:(\d+)", line)
             if match:
                 self.http_port, self.grpc_port = int(match.group(1)), int(match.group(2))
         if not self.http_port:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,9 +56,11 @@ async def serve_native(
     max_message_size: int,
     generic_handlers: Iterable[grpc.GenericRpcHandler] = (),
     reuse_port: bool = False,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> NativeGrpcServerHandle:
     """Serve the services `register` adds to a MethodTable (plus `generic_handlers`) on host:port
-    from the running event loop; port 0 takes any free port. Raises OSError when it cannot bind."""
+    from the running event loop; port 0 takes any free port. With `ssl_context` (ALPN "h2", see
+    server/frontends/tls.py) connections are TLS. Raises OSError when it cannot bind."""
     table = MethodTable()
     register(table)
     table.add_generic_rpc_handlers(generic_handlers)
@@ -77,7 +80,7 @@ async def serve_native(
 
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        server = await loop.create_server(connect, host, port, reuse_port=reuse_port or None)
+        server = await loop.create_server(connect, host, port, reuse_port=reuse_port or None, ssl=ssl_context)
     except OSError as exc:
         raise OSError(exc.errno, f"gRPC server could not bind {address}: {exc.strerror or exc}") from None
     bound = server.sockets[0].getsockname()[1] if server.sockets else port
