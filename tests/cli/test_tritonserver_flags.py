@@ -121,9 +121,13 @@ def test_server_flags_that_tcli_implements(repo: Path, tmp_path: Path) -> None:
         .replace("instance_group [ { kind: KIND_CPU } ]", "instance_group [ { count: 2 kind: KIND_CPU } ]")
     )
     (repo / "add_sub" / "configs" / "two.pbtxt").write_text(custom)
+    # a model whose config does not parse: its error line goes to the log file
+    (repo / "broken" / "1").mkdir(parents=True)
+    (repo / "broken" / "config.pbtxt").write_text('backend: "python"\nnot_a_field: 1\n')
     log = tmp_path / "server.log"
     server = ServeProcess(
         str(repo),
+        "--exit-on-error=false",
         "--id=edge-7",
         "--model-config-name=two",
         "--backend-config=onnxruntime,default-max-batch-size=16",
