@@ -6,9 +6,11 @@
 - `model_import`: imports a model file as an isolated module with our pb_utils importable.
 - `autocomplete`: runs `TritonPythonModel.auto_complete_config` on a config dict.
 - `host`: one instance in the server process (`PythonModel`).
-- `placement`: in-thread or in a process of its own, per model (2+ instances, or the
-  TCLI_INSTANCE_PROCESS parameter); `process_host` (server side), `process_worker` (the instance
-  process) and `shm` (tensors through shared memory) host an instance in its own process.
+- `placement`: in a process of its own (the default) or in the server process, per model (the
+  TCLI_INSTANCE_PROCESS parameter, or the server's --backend-config=python,instance-process);
+  `process_host` (server side), `process_worker` (the instance process), `process_life` (starting
+  one, telling how one ended) and `shm` (tensors through shared memory) host an instance in its own
+  process.
 
 Kept import-light: nothing here imports numpy, torch or the model files until asked.
 """

@@ -34,12 +34,9 @@ import logging
 import multiprocessing
 import pickle
 import queue
-import signal
-import sys
 import threading
 import time
-import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +52,7 @@ from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.host import HostSpec, answered
 from server.backends.python.pb_utils import model_control as pb_model_control
 from server.backends.python.pb_utils import scope as pb_scope
+from server.backends.python.process_life import exit_text, main_hidden
 from server.backends.python.shm import InputArena, RingReader, fits_inline
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceResponse
@@ -75,16 +73,6 @@ _PROTOCOL = pickle.HIGHEST_PROTOCOL  # finalize() gets this long before the proc
 
 Result = InferenceResponse | TritonError | None
 Done = Callable[[list[Result]], None]
-
-
-def exit_text(code: int | None) -> str:
-    """How a process ended: "exit code 7", or "signal 11: SIGSEGV" (a negative exit code)."""
-    if code is not None and code < 0:
-        try:
-            return f"signal {-code}: {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
 
 
 class ProcessModel(LoopRequestModel):
@@ -199,25 +187,6 @@ class ProcessModel(LoopRequestModel):
         self._inputs.close()
 
 
-_start_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _main_hidden() -> Iterator[None]:
-    """Start a process without it importing the server's __main__ again: "spawn" re-runs the main
-    script (or module) in the child unless sys.modules["__main__"] has no file, and the worker needs
-    nothing from it. Re-running it costs start-up time (typer for `tcli serve`), and starts the
-    server again when the main script has no `if __name__ == "__main__":` guard. Only the entry in
-    sys.modules is swapped, for the moment multiprocessing reads it."""
-    with _start_lock:
-        main = sys.modules["__main__"]
-        sys.modules["__main__"] = types.ModuleType("__main__")
-        try:
-            yield
-        finally:
-            sys.modules["__main__"] = main
-
-
 class _Batch:
     __slots__ = ("done", "senders", "size")
 
@@ -264,7 +233,7 @@ class _Process:
             daemon=True,  # gone with the server, even when it exits without unloading
         )
         try:
-            with _main_hidden():
+            with main_hidden():
                 self._process.start()
         except BaseException:
             self.ring.close()
@@ -299,6 +268,7 @@ class _Process:
     ) -> None:
         """Send one batch (the instance's only one: the arena holds its inputs until the process has
         read them); `done` gets its results."""
+        self._reclaim_from_closed_loop()
         arena_name, metas = arena.write([t for r in requests for t in r.inputs])
         described = []
         for request in requests:
@@ -335,7 +305,8 @@ class _Process:
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Have `loop` read the process from now on (called on the loop's thread; the first loop to
-        ask keeps it)."""
+        ask keeps it, until it is closed)."""
+        self._reclaim_from_closed_loop()
         if self._loop is not None or self._stopping:
             return
         self._loop = loop
@@ -421,6 +392,18 @@ class _Process:
             assert self._loop is not None
             self._loop.remove_reader(self._conn.fileno())
             self._on_loop = False
+
+    def _reclaim_from_closed_loop(self) -> None:
+        """The loop reading the process is closed (an asyncio.run() that ended, in-process use): read
+        on a thread again, so that the next batch is answered and another loop may take over."""
+        with self._lock:
+            loop = self._loop
+            if loop is None or not loop.is_closed() or self._eof or self._stopping:
+                return
+            # before the handover the reader thread still reads (and keeps reading); after it, none does
+            self._loop, self._on_loop, restart, self._handed_over = None, False, self._handed_over, False
+        if restart:
+            self._reader = self._start_reader()
 
     def _take_back(self) -> None:
         """Stop the loop reading the process (stop() reads the rest): at once on the loop's own
