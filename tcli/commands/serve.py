@@ -294,10 +294,11 @@ def serve(
 def _positive(name: str, value: float, most: float | None = None) -> float:
     """A limit flag's value, checked: above 0 (none of these limits can be switched off), at most
     `most` when given."""
+    shown = str(int(value)) if float(value).is_integer() else str(value)
     if not value > 0:
-        raise CliError(f"--{name} must be above 0, got {value:g}")
+        raise CliError(f"--{name} must be above 0, got {shown}")
     if most is not None and value > most:
-        raise CliError(f"--{name} must be at most {most:g}, got {value:g}")
+        raise CliError(f"--{name} must be at most {int(most)}, got {shown}")
     return value
 
 
