@@ -259,6 +259,9 @@ class HttpProtocol(asyncio.Protocol):
 
     def shutdown(self) -> None:
         """The server stops: close now if idle, else once the request in flight is answered."""
+        if self._lingering:
+            self._drop()
+            return
         if self.idle():
             self.close()
             return
@@ -433,7 +436,7 @@ class HttpProtocol(asyncio.Protocol):
         """Past the shutdown's grace period: stop answering."""
         if self._answering is not None:
             self._answering.cancel()
-        self.close()
+        self._drop()
 
     async def _answer(self, cycle: FastCycle) -> None:
         direct = self._state.direct
