@@ -173,7 +173,10 @@ def server_side_open(port: int, client_port: int) -> bool:
     return False
 
 
-def test_an_http_client_that_disconnects_cancels_its_queued_request(served: Served) -> None:
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_an_http_client_that_disconnects_cancels_its_queued_request(served: Served, framing: str) -> None:
+    """Both ways an inference request is answered: the fast path (a Content-Length body) and ASGI
+    (a chunked one)."""
     with served.blocking():
         before = execution_count(served)
         results: dict[int, Any] = {}
@@ -183,10 +186,11 @@ def test_an_http_client_that_disconnects_cancels_its_queued_request(served: Serv
         assert port is not None
         b = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
         body = infer_json(2)
-        b.sendall(
-            b"POST /v2/models/blocker/infer HTTP/1.1\r\nHost: tcli\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
+        head = b"POST /v2/models/blocker/infer HTTP/1.1\r\nHost: tcli\r\nContent-Type: application/json\r\n"
+        if framing == "chunked":
+            b.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+        else:
+            b.sendall(head + b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         wait_for(lambda: served.pending() == 1, "B to wait in the queue")
         b_port = b.getsockname()[1]
         b.close()  # B's client gives up
