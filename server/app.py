@@ -56,6 +56,14 @@ class ServerSettings:
     allow_metrics: bool = True
     allow_client_shm: bool = False
     http_max_input_size: int = 64 * 2**20
+    # connection limits (tcli's own flags: tritonserver has none; server/frontends/http_limits.py)
+    http_header_timeout: float = 30.0  # --http-header-timeout: seconds for a whole request head
+    http_body_timeout: float = 60.0  # --http-body-timeout: seconds without a body byte mid-body
+    http_keepalive_timeout: float = 75.0  # --http-keepalive-timeout: idle seconds between requests
+    http_max_connections: int = 10000  # --http-max-connections: beyond it, 503 and close
+    grpc_max_message_size: int = 2**31 - 1  # --grpc-max-message-size: larger is RESOURCE_EXHAUSTED
+    grpc_max_concurrent_streams: int = 1024  # --grpc-max-concurrent-streams, per connection
+    grpc_read_timeout: float = 30.0  # --grpc-read-timeout: a stalled preface or frame closes
     log_verbose: int = 0
     repoagent_directories: list[Path] = field(default_factory=list)  # --repoagent-directory
     server_id: str = "triton"  # --id: the name server metadata answers
@@ -244,6 +252,7 @@ class Server:
                 direct=app,
                 on_close=app.close,
                 ssl_context=None if self.http_tls is None else self.http_tls.context,
+                limits=self.http_limits(),
             )
             self.http_port = handle.port
             self._handles.append(handle)
@@ -255,7 +264,10 @@ class Server:
                 self.manager, settings.metrics_interval_ms, cpu_metrics=settings.allow_cpu_metrics
             )
             handle = await serve_http(
-                metrics, settings.metrics_address or settings.host, settings.metrics_port
+                metrics,
+                settings.metrics_address or settings.host,
+                settings.metrics_port,
+                limits=self.http_limits(),
             )
             self.metrics_port = handle.port
             self._handles.append(handle)
@@ -272,9 +284,23 @@ class Server:
                 implementation=settings.grpc_implementation,
                 restricted=settings.grpc_restricted_protocol,
                 tls=self.grpc_tls,
+                max_message_size=settings.grpc_max_message_size,
+                max_concurrent_streams=settings.grpc_max_concurrent_streams,
+                read_timeout=settings.grpc_read_timeout,
             )
             self.grpc_port = grpc_handle.port
             self._handles.append(grpc_handle)
+
+    def http_limits(self) -> Any:
+        from server.frontends.http_limits import ConnectionLimits
+
+        settings = self.settings
+        return ConnectionLimits(
+            header_timeout=settings.http_header_timeout,
+            body_timeout=settings.http_body_timeout,
+            keep_alive_timeout=settings.http_keepalive_timeout,
+            max_connections=settings.http_max_connections,
+        )
 
     async def stop_frontends(self) -> None:
         for handle in self._handles:

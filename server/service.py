@@ -231,7 +231,11 @@ class InferenceService:
 
         if not runner.run_inline(request, complete):
             runner.submit(request, complete)
-        result = await future
+        try:
+            result = await future
+        except asyncio.CancelledError:  # the client went away: a request still queued is dropped
+            request.cancelled = True
+            raise
         if isinstance(result, TritonError):
             raise result
         return self._finish(model, request, result)

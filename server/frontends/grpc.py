@@ -420,15 +420,19 @@ async def serve_grpc(
     reuse_port: bool = False,
     restricted: Restrictions | None = None,
     tls: ServerTls | None = None,
+    max_concurrent_streams: int = 1024,
+    read_timeout: float = 30.0,
 ) -> GrpcServerHandle | NativeGrpcServerHandle:
     """Serve GRPCInferenceService and Health for `service` on host:port (0: any free port; the handle
     tells which) from the running event loop. `allow_client_shm` enables client system shared memory
     (--allow-client-shm), kept in `shm_registry` when given (to share regions with the HTTP front end).
     `implementation`: "native" (server/frontends/grpc_native: HTTP/2 on the event loop, the fast one)
     or "grpcio" (grpc.aio). Both call the same GrpcFrontend methods. `reuse_port`
-    (--reuse-grpc-port) lets several servers share the port; `tls` (--grpc-use-ssl) serves TLS. Raises
-    OSError when the address cannot be bound. `restricted`: the groups --grpc-restricted-protocol
-    restricts."""
+    (--reuse-grpc-port) lets several servers share the port; `tls` (--grpc-use-ssl) serves TLS.
+    `max_message_size` bounds messages both ways, `max_concurrent_streams` a connection's calls at
+    once; with the native transport, a connection that stalls inside a frame (or before its preface)
+    closes after `read_timeout` seconds. `restricted`: the groups --grpc-restricted-protocol
+    restricts. Raises OSError when the address cannot be bound."""
     if implementation not in GRPC_IMPLEMENTATIONS:
         raise ValueError(f"unknown gRPC implementation {implementation!r}: use native or grpcio")
     frontend = GrpcFrontend(
@@ -446,8 +450,14 @@ async def serve_grpc(
             generic_handlers=[health_handler(frontend)],
             reuse_port=reuse_port,
             ssl_context=None if tls is None else tls.context,
+            max_concurrent_streams=max_concurrent_streams,
+            read_timeout=read_timeout,
         )
-    options = [*server_options(max_message_size), ("grpc.so_reuseport", 1 if reuse_port else 0)]
+    options = [
+        *server_options(max_message_size),
+        ("grpc.so_reuseport", 1 if reuse_port else 0),
+        ("grpc.max_concurrent_streams", max_concurrent_streams),
+    ]
     server = aio.server(options=options)
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(frontend, server)
     server.add_generic_rpc_handlers((health_handler(frontend),))

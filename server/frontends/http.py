@@ -28,7 +28,7 @@ import contextlib
 import logging
 import re
 from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
 
 import orjson
@@ -54,6 +54,7 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+T = TypeVar("T")
 
 log = logging.getLogger("tcli.server.http")
 
@@ -196,7 +197,9 @@ class HttpFrontend:
         if headers.content_length > limit:
             raise too_large(headers.content_length, limit, headers.header_length is None)
         body = await _read_body(receive, limit, headers.header_length is None)
-        payload, response_headers = await self._infer_body(model, version, headers, body)
+        payload, response_headers = await _unless_disconnected(
+            receive, self._infer_body(model, version, headers, body)
+        )
         await _respond(send, 200, payload, response_headers)
 
     def infer_target(self, path: bytes) -> tuple[str, str] | None:
@@ -521,6 +524,23 @@ def _segment(value: str | None) -> str:
     if not value:
         return ""
     return unquote(value) if "%" in value else value
+
+
+async def _unless_disconnected(receive: Receive, work: Awaitable[T]) -> T:
+    """`work`'s result, once the whole body was read; cancelled (its request leaves the model's
+    queue) when the client disconnects first, the only message `receive` still gives."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(receive())
+    try:
+        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise _Disconnected
+        return task.result()
+    finally:
+        gone.cancel()
 
 
 async def _read_body(receive: Receive, limit: int, json_only: bool) -> bytes | bytearray:

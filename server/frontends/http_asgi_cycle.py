@@ -155,6 +155,8 @@ class AsgiCycle:
             if self.continue_expected:  # answered before the body was asked for: the client may never
                 self.continue_expected = False  # send it, so this connection cannot carry another request
                 self.keep_alive = False
+            if self.more_body:  # answered before its body arrived (too large, say): the rest is not read
+                self.keep_alive = False
             head = ResponseHead(
                 message["status"],
                 message.get("headers", ()),

@@ -7,7 +7,9 @@ by `http_writer` with head and body in one write. HTTP/1.1's rules kept here: ke
 by default, never HTTP/1.0), `Connection: close`, pipelined requests answered in order (reading
 paused while one waits), `Expect: 100-continue`, chunked request bodies (the parser de-chunks them),
 a request body read no faster than the app takes it, 400 and a close for a malformed request, 431
-for oversized headers, a closed connection seen by the app as `http.disconnect`.
+for oversized headers, a closed connection seen by the app as `http.disconnect`. Its limits
+(http_limits): a head or body that stalls past its timeout is answered 408 and closed, an idle
+keep-alive connection closed, and a connection beyond the cap answered 503 and closed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import httptools
 from server.frontends.http_asgi_cycle import BODY_HIGH_WATER, ASGIApp, AsgiCycle
 from server.frontends.http_direct import DirectInference
 from server.frontends.http_fast_path import FastCycle, fast_cycle, fast_response
+from server.frontends.http_limits import ConnectionLimits
 from server.frontends.http_turns import TurnOrder
 from server.frontends.http_wire import plain_response
 from server.frontends.http_writer import ResponseWriter
@@ -43,15 +46,16 @@ class ServerState:
         self,
         app: ASGIApp,
         loop: asyncio.AbstractEventLoop,
-        keep_alive_timeout: float,
+        limits: ConnectionLimits,
         direct: DirectInference | None = None,
     ) -> None:
         self.app = app
         self.direct = direct  # answers plain inference requests outside ASGI, when given
         self.loop = loop
         self.turns = TurnOrder(loop)
-        self.keep_alive_timeout = keep_alive_timeout
+        self.limits = limits
         self.connections: set[HttpProtocol] = set()
+        self.served = 0  # connections within the cap (the others are refused with 503)
         self.tasks: set[asyncio.Task[None]] = set()
         self.shutting_down = False
         self.scheme = "http"  # "https" when the server's connections are TLS
@@ -90,6 +94,15 @@ class HttpProtocol(asyncio.Protocol):
         self._head_bytes = 0
         self._continue_expected = False
         self.last_active = self._loop.time()
+        # when the head being read began (None: no head is being read); a new connection waits for one
+        self._head_since: float | None = self.last_active
+        self._head_begun = False  # a byte of that head has arrived
+        self._in_body = False  # a request's body is being read
+        self._over_limit = False  # beyond the connection cap: answered 503 once its head is read
+        # answered early (beyond the cap, or before the body was read): reading and discarding until
+        # the client closes, since _linger_since
+        self._lingering = False
+        self._linger_since = 0.0
 
     @property
     def answered(self) -> int:
@@ -102,7 +115,12 @@ class HttpProtocol(asyncio.Protocol):
         self.writer = ResponseWriter(transport, self._loop, self._state.turns)
         self._server_addr = _address(transport.get_extra_info("sockname"))
         self._client_addr = _address(transport.get_extra_info("peername"))
-        self._state.connections.add(self)
+        state = self._state
+        state.connections.add(self)
+        if state.served >= state.limits.max_connections:
+            self._over_limit = True
+        else:
+            state.served += 1
 
     def data_received(self, data: bytes) -> None:
         self.last_active = self._loop.time()
@@ -122,11 +140,17 @@ class HttpProtocol(asyncio.Protocol):
         self.feed_unparsed()  # what was read before the connection went is handled as if it had stayed
         self._lost = True
         self._state.connections.discard(self)
+        if not self._over_limit:
+            self._state.served -= 1
+        self._head_since = None
+        self._in_body = False
         self.writer.flush()
         cycle = self._cycle
         if cycle is not None and not cycle.response_complete:
             cycle.disconnected = True
             cycle.wake()
+            if type(cycle) is FastCycle and self._answering is not None:
+                self._answering.cancel()  # nobody waits for the answer: its request leaves the queue
         for waiting in self._pipeline:
             waiting.disconnected = True
         self._pipeline.clear()
@@ -157,13 +181,29 @@ class HttpProtocol(asyncio.Protocol):
         return self._lost or self._transport is None or self._transport.is_closing()
 
     def close(self) -> None:
+        """Close once what was written is sent. While the client is still sending a request body
+        (answered before it was read: too large, say) the write side closes and what arrives is
+        discarded until the client closes, for up to the header timeout: closing at once would have
+        the client's kernel reset the connection, often before the client read the answer."""
         self._ignoring = True
-        if self._transport is not None and not self._transport.is_closing():
-            self.writer.close()
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if self._lingering:
+            return
+        if self._in_body and not self._lost and transport.can_write_eof():
+            self._lingering = True
+            self._linger_since = self._loop.time()
+            self.writer.flush()
+            transport.write_eof()
+            return
+        self.writer.close()
 
     def response_complete(self) -> None:
         """The current response was sent whole: start the next pipelined request, if any."""
-        self.last_active = self._loop.time()
+        now = self.last_active = self._loop.time()
+        if self._head_since is not None:  # a pipelined head read meanwhile: its time starts now
+            self._head_since = now
         if self.is_closing():
             return
         if self._pipeline:
@@ -180,8 +220,49 @@ class HttpProtocol(asyncio.Protocol):
         cycle = self._cycle
         return (cycle is None or cycle.response_complete) and not self._pipeline
 
+    def expire(self, now: float, limits: ConnectionLimits) -> None:
+        """Close when a head, a body or an idle keep-alive wait has outlasted its timeout (the sweep
+        of http_limits calls this): a stalled client's connection and all it buffered go."""
+        if self._lost or self._ignoring:  # answered, or being answered, and closing once it is
+            if self._lingering and now - self._linger_since > limits.header_timeout:
+                self._drop()  # answered early (see close): the client had its time to read it
+            return
+        if self._head_since is not None:
+            if self.idle() and now - self._head_since > limits.header_timeout:
+                if self._head_begun:
+                    self._timed_out(f"the request head did not arrive within {limits.header_timeout:g}s")
+                else:
+                    self._drop()  # nothing sent at all: nothing to answer
+        elif self._in_body:
+            if not self._read_paused and now - self.last_active > limits.body_timeout:
+                self._timed_out(f"no request body arrived for {limits.body_timeout:g}s")
+        elif self.idle() and now - self.last_active > limits.keep_alive_timeout:
+            self.close()
+
+    def _timed_out(self, what: str) -> None:
+        cycle = self._parsing
+        if cycle is None or not cycle.response_complete:  # else it was answered: nothing to add
+            self._ignoring = True
+            self._refuse(408, f"Request Timeout: {what}; the connection is closed.")
+        self._drop()
+
+    def _drop(self) -> None:
+        """Close now, dropping what the client has not read (it stalled: it may never read it)."""
+        self._ignoring = True
+        transport = self._transport
+        if transport is None:
+            return
+        self.writer.flush()
+        if transport.get_write_buffer_size():
+            transport.abort()
+        else:
+            transport.close()
+
     def shutdown(self) -> None:
         """The server stops: close now if idle, else once the request in flight is answered."""
+        if self._lingering:
+            self._drop()
+            return
         if self.idle():
             self.close()
             return
@@ -229,6 +310,9 @@ class HttpProtocol(asyncio.Protocol):
             self._close_when_done = True
 
     def on_message_begin(self) -> None:
+        if self._head_since is None or not self._head_begun:
+            self._head_since = self._loop.time()
+        self._head_begun = True
         self._url = b""
         self._headers = []
         self._head_bytes = 0
@@ -250,6 +334,12 @@ class HttpProtocol(asyncio.Protocol):
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        self._head_since = None
+        self._head_begun = False
+        self._in_body = True
+        if self._over_limit:
+            self._refuse_over_limit()
+            return
         parser = self._parser
         state = self._state
         method = parser.get_method()
@@ -308,6 +398,7 @@ class HttpProtocol(asyncio.Protocol):
             cycle.wake()
 
     def on_message_complete(self) -> None:
+        self._in_body = False
         cycle, self._parsing = self._parsing, None
         if self._last_request:
             self._ignoring = True
@@ -318,6 +409,22 @@ class HttpProtocol(asyncio.Protocol):
         elif isinstance(cycle, AsgiCycle):
             cycle.more_body = False
             cycle.wake()
+
+    def _refuse_over_limit(self) -> None:
+        """A connection beyond --http-max-connections, its head read: 503 and a close. A load
+        balancer sees a plain, immediate, retryable answer (and may send the request elsewhere), where
+        a connection left unaccepted would wait in the kernel's backlog until its connect timeout.
+        The write side closes at once; reading goes on, discarding, until the client closes (or the
+        header timeout passes), so the client's kernel does not reset the connection under the 503."""
+        limit = self._state.limits.max_connections
+        self.writer.write(
+            plain_response(
+                503,
+                f"Service Unavailable: the server is serving its maximum of {limit} HTTP connections "
+                "(--http-max-connections); retry, or raise the limit.",
+            )
+        )
+        self.close()  # in_body: lingers
 
     # answering -------------------------------------------------------------------------------------
     def _start(self, cycle: AsgiCycle) -> None:
@@ -330,7 +437,7 @@ class HttpProtocol(asyncio.Protocol):
         """Past the shutdown's grace period: stop answering."""
         if self._answering is not None:
             self._answering.cancel()
-        self.close()
+        self._drop()
 
     async def _answer(self, cycle: FastCycle) -> None:
         direct = self._state.direct

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from server.frontends.http_direct import DirectInference
+from server.frontends.http_limits import ConnectionLimits, sweep
 from server.frontends.http_protocol import HttpProtocol, ServerState
 
-KEEP_ALIVE_TIMEOUT = 75.0  # seconds an idle keep-alive connection stays open
 GRACEFUL_SHUTDOWN_TIMEOUT = 10.0  # seconds shutdown waits for requests in flight
 
 
@@ -69,37 +69,26 @@ def _bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     return sock
 
 
-async def _close_idle(state: ServerState) -> None:
-    """Close keep-alive connections idle for longer than the keep-alive timeout, checked a few times
-    per timeout (one sweep instead of a timer re-armed per request)."""
-    timeout = state.keep_alive_timeout
-    loop = asyncio.get_running_loop()
-    while True:
-        await asyncio.sleep(min(timeout / 4, 5.0))
-        now = loop.time()
-        for connection in list(state.connections):
-            if connection.idle() and now - connection.last_active > timeout:
-                connection.close()
-
-
 async def serve_http(
     app: Any,
     host: str,
     port: int,
     *,
     reuse_port: bool = False,
-    keep_alive_timeout: float = KEEP_ALIVE_TIMEOUT,
+    limits: ConnectionLimits | None = None,
     direct: DirectInference | None = None,
     on_close: Callable[[], None] | None = None,
     ssl_context: ssl.SSLContext | None = None,
 ) -> HttpServerHandle:
     """Serve `app` (an ASGI 3 app) on host:port (0: any free port; the handle tells which) from the
     running event loop; `direct` (http_direct's interface, usually the same object) answers plain
-    inference requests outside ASGI, and `on_close` runs once shutdown has finished; with
-    `ssl_context` (server/frontends/tls.py) it serves HTTPS. Signals are left to the caller; raises
-    OSError when the address cannot be bound."""
+    inference requests outside ASGI, and `on_close` runs once shutdown has finished; `limits` bound
+    connections' timeouts and number (http_limits' defaults when None); with `ssl_context`
+    (server/frontends/tls.py) it serves HTTPS. Signals are left to the caller; raises OSError when the
+    address cannot be bound."""
     loop = asyncio.get_running_loop()
-    state = ServerState(app, loop, keep_alive_timeout, direct)
+    limits = limits or ConnectionLimits()
+    state = ServerState(app, loop, limits, direct)
     if ssl_context is not None:
         state.scheme = "https"
     sock = _bind(host, port, reuse_port)
@@ -110,5 +99,5 @@ async def serve_http(
     except BaseException:
         sock.close()
         raise
-    sweeper = loop.create_task(_close_idle(state))
+    sweeper = loop.create_task(sweep(state.connections, limits))
     return HttpServerHandle(int(sock.getsockname()[1]), server, state, on_close, sweeper)

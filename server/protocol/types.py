@@ -34,6 +34,8 @@ class InferenceRequest:
     inputs: list[Tensor] = field(default_factory=list)
     outputs: list[RequestedOutput] = field(default_factory=list)  # empty: every output
     parameters: dict[str, Any] = field(default_factory=dict)
+    # its client went away (closed its connection, cancelled its call): if still queued, it never runs
+    cancelled: bool = False
 
     @property
     def priority(self) -> int:

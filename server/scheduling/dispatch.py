@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from server.backends.base import NotStarted
 from server.protocol.errors import TritonError, unavailable
-from server.scheduling.work import WorkItem
+from server.scheduling.work import WorkItem, drop_cancelled
 
 if TYPE_CHECKING:
     from server.backends.base import LoopRequestModel, ResponseChannel
@@ -114,8 +114,12 @@ class LoopDispatcher:
             else:
                 self._queue_behind()
                 return  # the next completion calls again
+            batch = drop_cancelled(self.waiting.popleft())
+            if not batch:  # its clients went away while it waited
+                self._busy[index].release()
+                continue
             self._next = (index + 1) % count
-            self._start(index, self.waiting.popleft())
+            self._start(index, batch)
 
     def _queue_behind(self) -> None:
         count = len(self._instances)
@@ -127,7 +131,9 @@ class LoopDispatcher:
                 continue
             if not self._instances[index].can_queue([item.request for item in self.waiting[0]]):
                 continue
-            self._start(index, self.waiting.popleft())
+            batch = drop_cancelled(self.waiting.popleft())
+            if batch:
+                self._start(index, batch)
 
     def _start(self, index: int, batch: list[WorkItem]) -> None:
         assert self.loop is not None

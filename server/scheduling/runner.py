@@ -48,7 +48,14 @@ from server.protocol.errors import TritonError
 from server.protocol.types import InferenceResponse, Tensor
 from server.scheduling.dispatch import LoopDispatcher
 from server.scheduling.sequence import NullItem
-from server.scheduling.work import Completion, DefaultScheduler, ResponseStream, Scheduler, WorkItem
+from server.scheduling.work import (
+    Completion,
+    DefaultScheduler,
+    ResponseStream,
+    Scheduler,
+    WorkItem,
+    drop_cancelled,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -220,6 +227,10 @@ class ModelRunner:
             batch = self.scheduler.next_batch(index)
             if batch is None:
                 return
+            if not self._pads:  # a sequence's batch keeps its slots: its requests run whatever happens
+                batch = drop_cancelled(batch)
+                if not batch:
+                    continue
             if dispatcher is not None and dispatcher.forward(batch):
                 continue  # the event loop runs it
             with busy:

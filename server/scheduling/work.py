@@ -11,8 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from server.protocol.errors import ErrorCode, TritonError
+
 if TYPE_CHECKING:
-    from server.protocol.errors import TritonError
     from server.protocol.types import InferenceRequest, InferenceResponse
 
 Completion = Callable[["InferenceResponse | TritonError"], None]
@@ -66,6 +67,20 @@ class WorkItem:
     started_ns: int = 0  # set when a worker takes it
     instance: int = -1  # the index of the instance that runs it, set with started_ns
     stream: ResponseStream | None = None  # streamed requests: where the responses go as they are sent
+
+
+def drop_cancelled(batch: list[WorkItem]) -> list[WorkItem]:
+    """The requests of `batch` whose clients still wait; the others (InferenceRequest.cancelled) are
+    completed with a CANCELLED error, never executed."""
+    if not any(item.request.cancelled for item in batch):
+        return batch
+    kept = []
+    for item in batch:
+        if item.request.cancelled:
+            item.complete(TritonError(ErrorCode.CANCELLED, "the client cancelled the request"))
+        else:
+            kept.append(item)
+    return kept
 
 
 class Scheduler(ABC):

@@ -124,6 +124,18 @@ def serve(
             "trace, logging."
         ),
     ] = None,
+    http_header_timeout: Annotated[
+        float, typer.Option(help="Seconds a request head may take to arrive; then 408 and close.")
+    ] = 30.0,
+    http_body_timeout: Annotated[
+        float, typer.Option(help="Seconds a request body may go without a byte; then 408 and close.")
+    ] = 60.0,
+    http_keepalive_timeout: Annotated[
+        float, typer.Option(help="Seconds an idle keep-alive connection stays open.")
+    ] = 75.0,
+    http_max_connections: Annotated[
+        int, typer.Option(help="HTTP connections served at once; the ones beyond are answered 503.")
+    ] = 10000,
     allow_grpc: Bool = "true",
     grpc_address: Annotated[str, typer.Option(help="Address the gRPC front end listens on.")] = "0.0.0.0",
     grpc_port: Annotated[int, typer.Option(help="gRPC port (0: any free port).")] = 8001,
@@ -183,6 +195,15 @@ def serve(
         str,
         typer.Option(help="CA certificate (PEM) that client certificates must be signed by (mutual TLS)."),
     ] = "",
+    grpc_max_message_size: Annotated[
+        int, typer.Option(help="Largest gRPC message in bytes, either way; larger: RESOURCE_EXHAUSTED.")
+    ] = 2**31 - 1,
+    grpc_max_concurrent_streams: Annotated[
+        int, typer.Option(help="gRPC calls at once on one connection (HTTP/2 MAX_CONCURRENT_STREAMS).")
+    ] = 1024,
+    grpc_read_timeout: Annotated[
+        float, typer.Option(help="Seconds a gRPC connection may stall inside a frame before it is closed.")
+    ] = 30.0,
     allow_metrics: Bool = "true",
     allow_cpu_metrics: Annotated[
         str, typer.Option(metavar="BOOLEAN", help="Include the host CPU and memory gauges.")
@@ -311,6 +332,15 @@ def serve(
         allow_cpu_metrics=_flag("allow-cpu-metrics", allow_cpu_metrics),
         allow_client_shm=_flag("allow-client-shm", allow_client_shm),
         http_max_input_size=http_max_input_size,
+        http_header_timeout=_positive("http-header-timeout", http_header_timeout),
+        http_body_timeout=_positive("http-body-timeout", http_body_timeout),
+        http_keepalive_timeout=_positive("http-keepalive-timeout", http_keepalive_timeout),
+        http_max_connections=int(_positive("http-max-connections", http_max_connections)),
+        grpc_max_message_size=int(_positive("grpc-max-message-size", grpc_max_message_size, 2**31 - 1)),
+        grpc_max_concurrent_streams=int(
+            _positive("grpc-max-concurrent-streams", grpc_max_concurrent_streams)
+        ),
+        grpc_read_timeout=_positive("grpc-read-timeout", grpc_read_timeout),
         log_verbose=log_verbose,
         log_settings=log_settings,
         backend_config=_backend_config(backend_config or []),
@@ -343,6 +373,17 @@ def serve(
             f"cannot start the server: {exc.strerror or exc} (is the port already in use? try --http-port 0)"
         ) from None
     raise typer.Exit(code)
+
+
+def _positive(name: str, value: float, most: float | None = None) -> float:
+    """A limit flag's value, checked: above 0 (none of these limits can be switched off), at most
+    `most` when given."""
+    shown = str(int(value)) if float(value).is_integer() else str(value)
+    if not value > 0:
+        raise CliError(f"--{name} must be above 0, got {shown}")
+    if most is not None and value > most:
+        raise CliError(f"--{name} must be at most {int(most)}, got {shown}")
+    return value
 
 
 def _backend_config(values: list[str]) -> dict[str, dict[str, str]]:

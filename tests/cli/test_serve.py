@@ -143,3 +143,21 @@ def test_triton_style_boolean_flags_are_checked(tmp_path: Path) -> None:
         [str(tcli), "serve", str(tmp_path / "nope")], capture_output=True, text=True, timeout=60
     )
     assert missing.returncode == 1 and "is not a directory" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("--http-header-timeout=0", "--http-header-timeout must be above 0, got 0"),
+        ("--http-max-connections=-1", "--http-max-connections must be above 0, got -1"),
+        ("--grpc-max-message-size=4294967296", "--grpc-max-message-size must be at most 2147483647"),
+    ],
+)
+def test_connection_limit_flags_are_checked(flag: str, message: str) -> None:
+    tcli = Path(sys.executable).parent / "tcli"
+    done = subprocess.run(
+        [str(tcli), "serve", str(ROOT / "model_repository"), flag], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr

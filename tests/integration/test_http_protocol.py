@@ -17,6 +17,7 @@ import pytest
 import uvloop
 
 from server.frontends.http_direct import InferHeaders
+from server.frontends.http_limits import ConnectionLimits
 from server.frontends.http_server import HttpServerHandle, serve_http
 
 WAIT = 30.0
@@ -289,7 +290,7 @@ def test_oversized_headers_get_431(served: Served) -> None:
 
 
 def test_idle_keep_alive_connections_close_after_the_timeout() -> None:
-    server = Served(keep_alive_timeout=0.3)
+    server = Served(limits=ConnectionLimits(keep_alive_timeout=0.3))
     try:
         with connect(server) as sock, sock.makefile("rb") as stream:
             sock.sendall(request("GET", "/echo"))

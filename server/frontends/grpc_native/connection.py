@@ -3,7 +3,9 @@
 DATA fed to the `Call` that `open_call` returns for each new stream (gRPC calls are the business of
 calls.py), and writes batched per turn of the event loop. Flow control both ways is the shared
 layer's; a call holds back a stream's window (`Stream.hold`) while its handler has not read what it
-already has.
+already has. A connection carries at most `max_streams` calls at once (SETTINGS_MAX_CONCURRENT_STREAMS,
+advertised in our SETTINGS; a stream beyond it is refused with RST_STREAM REFUSED_STREAM, which a
+client may retry, RFC 9113 5.1.2), and one that stalls mid-frame is closed (`expire`).
 """
 
 from __future__ import annotations
@@ -57,8 +59,11 @@ class Connection(h2.Endpoint[Stream], asyncio.Protocol):
     max_frame_in = MAX_FRAME_IN
     reset_after_end = True
 
-    def __init__(self, open_call: OpenCall, on_closed: Callable[[Connection], None]) -> None:
+    def __init__(
+        self, open_call: OpenCall, on_closed: Callable[[Connection], None], max_streams: int = 1024
+    ) -> None:
         super().__init__()
+        self.max_streams = max_streams
         self.open_call = open_call
         self.on_closed = on_closed
         self.loop = asyncio.get_running_loop()
@@ -68,12 +73,29 @@ class Connection(h2.Endpoint[Stream], asyncio.Protocol):
         self._paused = False  # the transport's buffer is full
         self._writers: list[asyncio.Future[None]] = []  # calls waiting to write more
         self._goaway_sent = False
+        self.last_read = self.loop.time()
 
     # asyncio ----------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         self._write = self._buffered
-        self._write(self.preface(((f.MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST),)))
+        self._write(
+            self.preface(
+                ((f.MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST), (f.MAX_CONCURRENT_STREAMS, self.max_streams))
+            )
+        )
+
+    def data_received(self, data: bytes) -> None:
+        self.last_read = self.loop.time()
+        super().data_received(data)
+
+    def expire(self, now: float, timeout: float) -> None:
+        """Close when the client began a frame (or owes its preface) and sent nothing for `timeout`
+        seconds: what it buffered goes with the connection."""
+        if not self.closed and self.mid_frame() and now - self.last_read > timeout:
+            self._fail(f.PROTOCOL_ERROR, f"no complete frame for {timeout:g}s")
+            if self.transport is not None and self.transport.get_write_buffer_size():
+                self.transport.abort()
 
     def _buffered(self, data: bytes) -> None:
         """With other streams open, frames written in one turn of the event loop leave in one send
@@ -122,7 +144,7 @@ class Connection(h2.Endpoint[Stream], asyncio.Protocol):
         if stream_id % 2 == 0 or stream_id <= self._highest_stream:
             raise H2Error(f.PROTOCOL_ERROR, f"HEADERS on stream {stream_id}, not a new client stream")
         self._highest_stream = stream_id
-        if self._goaway_sent:
+        if self._goaway_sent or len(self.streams) >= self.max_streams:
             self._write(f.rst_stream(stream_id, f.REFUSED_STREAM))
             return
         stream = Stream(stream_id, self._initial_window)

@@ -1,5 +1,6 @@
-"""Listening: the native gRPC server on the running event loop, and its graceful shutdown (GOAWAY to
-every client, calls in flight finish for up to `grace` seconds, then connections close)."""
+"""Listening: the native gRPC server on the running event loop, a sweep closing connections that
+stall mid-frame, and its graceful shutdown (GOAWAY to every client, calls in flight finish for up to
+`grace` seconds, then connections close)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,14 @@ class NativeGrpcServerHandle:
     server: asyncio.AbstractServer
     connections: set[Connection]
     frontend: Any  # closed after the connections (GrpcFrontend.close)
+    sweeper: asyncio.Task[None] | None = None
     grace: float = 5.0
     _closed: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def shutdown(self) -> None:
         self.server.close()
+        if self.sweeper is not None:
+            self.sweeper.cancel()
         for connection in list(self.connections):
             connection.goaway()
         deadline = asyncio.get_running_loop().time() + self.grace
@@ -57,6 +61,8 @@ async def serve_native(
     generic_handlers: Iterable[grpc.GenericRpcHandler] = (),
     reuse_port: bool = False,
     ssl_context: ssl.SSLContext | None = None,
+    max_concurrent_streams: int = 1024,
+    read_timeout: float = 30.0,
 ) -> NativeGrpcServerHandle:
     """Serve the services `register` adds to a MethodTable (plus `generic_handlers`) on host:port
     from the running event loop; port 0 takes any free port. With `ssl_context` (ALPN "h2", see
@@ -74,7 +80,7 @@ async def serve_native(
             handle.forget(connection)
 
     def connect() -> Connection:
-        connection = Connection(calls.open_call, closed)
+        connection = Connection(calls.open_call, closed, max_concurrent_streams)
         connections.add(connection)
         return connection
 
@@ -84,5 +90,16 @@ async def serve_native(
     except OSError as exc:
         raise OSError(exc.errno, f"gRPC server could not bind {address}: {exc.strerror or exc}") from None
     bound = server.sockets[0].getsockname()[1] if server.sockets else port
-    handle = NativeGrpcServerHandle(bound, server, connections, frontend)
+    sweeper = loop.create_task(_sweep(connections, read_timeout))
+    handle = NativeGrpcServerHandle(bound, server, connections, frontend, sweeper)
     return handle
+
+
+async def _sweep(connections: set[Connection], timeout: float) -> None:
+    """Close, a few times per `timeout`, the connections stalled mid-frame for longer."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(max(0.05, min(timeout / 4, 5.0)))
+        now = loop.time()
+        for connection in list(connections):
+            connection.expire(now, timeout)

@@ -105,6 +105,11 @@ class Endpoint(Generic[S]):
             out += f.window_update(0, self.connection_window - f.DEFAULT_WINDOW)
         return out
 
+    def mid_frame(self) -> bool:
+        """Whether a frame (or the client's preface, or a header block's CONTINUATION) has begun
+        and not yet arrived whole: a peer that stops here holds the connection."""
+        return self._preface or bool(self._buffer) or self._continuing is not None
+
     # hooks ------------------------------------------------------------------------------------------
     def _header_block(self, stream_id: int, block: bytes, end_stream: bool) -> None:
         raise NotImplementedError
