@@ -234,7 +234,7 @@ class InferenceService:
         try:
             result = await future
         except asyncio.CancelledError:  # the client went away: a request still queued is dropped
-            request.cancelled = True
+            request.cancel()
             raise
         if isinstance(result, TritonError):
             raise result
@@ -292,6 +292,7 @@ class InferenceService:
         finally:
             if not stream.finished:
                 stream.cancelled = True
+                request.cancel()
 
     def _finish(
         self, model: ServedModel, request: InferenceRequest, response: InferenceResponse

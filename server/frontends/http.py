@@ -27,12 +27,25 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
 
 import orjson
 
+from server.frontends.http_asgi_io import (
+    JSON,
+    Disconnected,
+    Receive,
+    Scope,
+    Send,
+    lifespan,
+    not_allowed,
+    not_found,
+    read_body,
+    respond,
+    unless_disconnected,
+)
 from server.frontends.http_content import compress, decompress, response_encoding, too_large
 from server.frontends.http_direct import InferHeaders
 from server.frontends.http_restricted import MODEL_GROUPS, HttpRestrictions, Refused
@@ -49,10 +62,6 @@ from server.protocol.tensors import SHM_DISABLED, ShmView
 if TYPE_CHECKING:
     from server.service import InferenceService, StreamResponse
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 T = TypeVar("T")
 
@@ -67,12 +76,9 @@ _SYSTEM_SHM_ROUTE = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]+))?/(sta
 _CUDA_SHM_ROUTE = re.compile(r"/v2/cudasharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
 _REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
 
-_JSON = (b"content-type", b"application/json")
 _SSE = (b"content-type", b"text/event-stream; charset=utf-8")
 _TEXT = (b"content-type", b"text/plain")
 _OCTET = (b"content-type", b"application/octet-stream")
-_NOT_FOUND = b'{"error":"Not Found"}'
-_NOT_ALLOWED = b'{"error":"Method Not Allowed"}'
 
 _LOG_KEYS = ("log_file", "log_info", "log_warning", "log_error", "log_verbose_level", "log_format")
 _TRACE_KEYS = ("trace_file", "trace_level", "trace_rate", "trace_count", "log_frequency", "trace_mode")
@@ -84,10 +90,6 @@ class _HttpError(TritonError):
     def __init__(self, code: ErrorCode, message: str, headers: list[tuple[bytes, bytes]]) -> None:
         super().__init__(code, message)
         self.headers = headers
-
-
-class _Disconnected(Exception):
-    """The client went away before sending its whole request."""
 
 
 def _error_body(message: str) -> bytes:
@@ -118,21 +120,21 @@ class HttpFrontend:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             if scope["type"] == "lifespan":
-                await _lifespan(receive, send)
+                await lifespan(receive, send)
             return
         try:
             await self._route(scope, receive, send)
         except Refused as refused:
-            await _respond(send, 403, refused.body, [_TEXT])
+            await respond(send, 403, refused.body, [_TEXT])
         except _HttpError as error:
-            await _respond(send, error.code.http_status, _error_body(error.message), [_JSON, *error.headers])
+            await respond(send, error.code.http_status, _error_body(error.message), [JSON, *error.headers])
         except TritonError as error:
-            await _respond(send, error.code.http_status, _error_body(error.message))
-        except _Disconnected:
+            await respond(send, error.code.http_status, _error_body(error.message))
+        except Disconnected:
             return
         except Exception as exc:  # a bug must still answer, as JSON, and be logged with its traceback
             log.exception("unexpected error handling %s %s", scope.get("method"), scope.get("path"))
-            await _respond(send, 500, _error_body(f"internal error: {type(exc).__name__}: {exc}"))
+            await respond(send, 500, _error_body(f"internal error: {type(exc).__name__}: {exc}"))
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         raw = scope.get("raw_path")
@@ -142,7 +144,7 @@ class HttpFrontend:
             if path == "/v2/models/stats":
                 self._restrictions.check(scope["headers"], "statistics")
                 if method != "GET":
-                    return await _not_allowed(send)
+                    return await not_allowed(send)
                 return await self._json(send, self.service.statistics())
             match = _MODEL_ROUTE.fullmatch(path)
             if match is not None:
@@ -153,10 +155,10 @@ class HttpFrontend:
                     self._restrictions.check(scope["headers"], MODEL_GROUPS[action])
                 if action == "infer":
                     if method != "POST":
-                        return await _not_allowed(send)
+                        return await not_allowed(send)
                     return await self._infer(scope, receive, send, model, version)
                 return await self._model(scope, receive, send, method, model, version, action)
-            return await _not_found(send)
+            return await not_found(send)
         if path == "/v2/logging":
             self._restrictions.check(scope["headers"], "logging")
             return await self._logging(receive, send, method)
@@ -164,12 +166,12 @@ class HttpFrontend:
         if match is not None:
             self._restrictions.check(scope["headers"], "metadata" if match.group(1) is None else "health")
             if method != "GET":
-                return await _not_allowed(send)
+                return await not_allowed(send)
             kind = match.group(1)
             if kind is None:
                 return await self._json(send, self.service.server_metadata())
             ok = self.service.live() if kind == "live" else self.service.ready()
-            return await _respond(send, 200 if ok else 400, b"", [_TEXT])
+            return await respond(send, 200 if ok else 400, b"", [_TEXT])
         match = _SYSTEM_SHM_ROUTE.fullmatch(path)
         if match is not None:
             self._restrictions.check(scope["headers"], "shared-memory")
@@ -188,7 +190,7 @@ class HttpFrontend:
         if path == "/v2/trace/setting":
             self._restrictions.check(scope["headers"], "trace")
             return await self._trace(receive, send, method, "")
-        return await _not_found(send)
+        return await not_found(send)
 
     # inference -------------------------------------------------------------------------------------
     async def _infer(self, scope: Scope, receive: Receive, send: Send, model: str, version: str) -> None:
@@ -196,11 +198,11 @@ class HttpFrontend:
         limit = self.max_input_size
         if headers.content_length > limit:
             raise too_large(headers.content_length, limit, headers.header_length is None)
-        body = await _read_body(receive, limit, headers.header_length is None)
-        payload, response_headers = await _unless_disconnected(
+        body = await read_body(receive, limit, headers.header_length is None)
+        payload, response_headers = await unless_disconnected(
             receive, self._infer_body(model, version, headers, body)
         )
-        await _respond(send, 200, payload, response_headers)
+        await respond(send, 200, payload, response_headers)
 
     def infer_target(self, path: bytes) -> tuple[str, str] | None:
         """(model, version) when `path` (a request target without query) is POST-able inference."""
@@ -222,12 +224,12 @@ class HttpFrontend:
             payload, response_headers = await self._infer_body(model, version, headers, body)
             return 200, response_headers, payload
         except _HttpError as error:
-            return error.code.http_status, [_JSON, *error.headers], _error_body(error.message)
+            return error.code.http_status, [JSON, *error.headers], _error_body(error.message)
         except TritonError as error:
-            return error.code.http_status, [_JSON], _error_body(error.message)
+            return error.code.http_status, [JSON], _error_body(error.message)
         except Exception as exc:  # a bug must still answer, as JSON, and be logged with its traceback
             log.exception("unexpected error handling POST /v2/models/%s/infer", model)
-            return 500, [_JSON], _error_body(f"internal error: {type(exc).__name__}: {exc}")
+            return 500, [JSON], _error_body(f"internal error: {type(exc).__name__}: {exc}")
 
     async def _infer_body(
         self, model: str, version: str, headers: InferHeaders, body: bytes | bytearray
@@ -271,7 +273,7 @@ class HttpFrontend:
         response = await self.service.infer(request)
         payload, json_length = encode_response(response, request.outputs, binary_default, shm=self._shm_view)
         if json_length is None:
-            response_headers = [_JSON]
+            response_headers = [JSON]
         else:
             response_headers = [_OCTET, (b"inference-header-content-length", str(json_length).encode())]
         if headers.accept_encoding:
@@ -295,20 +297,20 @@ class HttpFrontend:
         service = self.service
         if action == "trace/setting":
             if version:  # Triton has no per-version trace settings: no such route
-                return await _not_found(send)
+                return await not_found(send)
             return await self._trace(receive, send, method, model)
         if action in ("generate", "generate_stream"):
             if method != "POST":
-                return await _not_allowed(send)
+                return await not_allowed(send)
             return await self._generate(receive, send, model, version, action == "generate_stream")
         if method != "GET":
-            return await _not_allowed(send)
+            return await not_allowed(send)
         if action is None:
             return await self._json(send, service.model_metadata(model, version))
         if action == "ready":
             if service.model_ready(model, version).ready:
-                return await _respond(send, 200, b"", [_TEXT])
-            return await _respond(send, 400, b'{"error":"Model version not ready"}', [_TEXT])
+                return await respond(send, 200, b"", [_TEXT])
+            return await respond(send, 400, b'{"error":"Model version not ready"}', [_TEXT])
         if action == "config":
             return await self._json(send, service.model_config(model, version))
         return await self._json(send, service.statistics(model, version))  # stats
@@ -318,7 +320,7 @@ class HttpFrontend:
         """POST .../generate (exactly one response, as JSON) and .../generate_stream (every response
         as a server-sent event); see `decode_generate` and `encode_generate` for the JSON forms."""
         batching, schema = self.service.input_schema(model, version)
-        body = await _read_body(receive, self.max_input_size, True)
+        body = await read_body(receive, self.max_input_size, True)
         request = decode_generate(body, model, version, batching, schema)
         answers = self.service.infer_stream(request)
         if not stream:
@@ -327,11 +329,11 @@ class HttpFrontend:
                     item async for item in answers if item.response is not None or item.error is not None
                 ]
             if len(items) != 1:
-                return await _respond(send, 200, _error_body(GENERATE_ONE_RESPONSE))
+                return await respond(send, 200, _error_body(GENERATE_ONE_RESPONSE))
             if items[0].error is not None:
-                return await _respond(send, 400, _error_body(items[0].error.message))
+                return await respond(send, 400, _error_body(items[0].error.message))
             assert items[0].response is not None
-            return await _respond(send, 200, encode_generate(items[0].response))
+            return await respond(send, 200, encode_generate(items[0].response))
         await self._generate_stream(receive, send, answers)
 
     async def _generate_stream(
@@ -394,7 +396,7 @@ class HttpFrontend:
         self, receive: Receive, send: Send, method: str, repository: str, model: str, action: str
     ) -> None:
         if method != "POST":
-            return await _not_allowed(send)
+            return await not_allowed(send)
         document = await self._optional_json(receive)
         if action == "index":  # a repository name is accepted and ignored here, as in Triton
             ready = document.get("ready", False)
@@ -416,15 +418,15 @@ class HttpFrontend:
                     "Unable to parse 'unload_dependents': attempt to access JSON non-boolean as boolean"
                 )
             await self.service.unload(model, dependents)
-        await _respond(send, 200, b"")
+        await respond(send, 200, b"")
 
     # logging and trace -----------------------------------------------------------------------------
     async def _logging(self, receive: Receive, send: Send, method: str) -> None:
         if method == "GET":
             return await self._json(send, self.service.update_log_settings({}))
         if method != "POST":
-            return await _not_allowed(send)
-        document = parse_json(await _read_body(receive, self.max_input_size, True))
+            return await not_allowed(send)
+        document = parse_json(await read_body(receive, self.max_input_size, True))
         changes = {}
         if type(document) is dict:  # Triton ignores unknown keys, nulls and non-object bodies
             changes = {k: document[k] for k in _LOG_KEYS if document.get(k) is not None}
@@ -432,12 +434,12 @@ class HttpFrontend:
 
     async def _trace(self, receive: Receive, send: Send, method: str, model: str) -> None:
         if method not in ("GET", "POST"):
-            return await _not_allowed(send)
+            return await not_allowed(send)
         if model and not self.service.model_ready(model).ready:
             raise invalid_arg(f"Request for unknown model : {model}")
         if method == "GET":
             return await self._json(send, self.service.trace_settings(model))
-        document = parse_json(await _read_body(receive, self.max_input_size, True))
+        document = parse_json(await read_body(receive, self.max_input_size, True))
         changes: dict[str, Any] = {}
         if type(document) is dict:  # unknown keys are ignored, as in Triton
             for key in _TRACE_KEYS:
@@ -457,17 +459,17 @@ class HttpFrontend:
     # shared memory ---------------------------------------------------------------------------------
     async def _system_shm(self, receive: Receive, send: Send, method: str, region: str, action: str) -> None:
         if method != ("GET" if action == "status" else "POST"):
-            return await _not_allowed(send)
+            return await not_allowed(send)
         if action == "status":
             return await self._json(send, self.shm.status(region))
         if action == "unregister":
             self.shm.unregister(region)
-            return await _respond(send, 200, b"")
+            return await respond(send, 200, b"")
         if not region:
             raise invalid_arg("'region name' is necessary to register system shared memory region")
         if not self.allow_client_shm:
             raise unavailable(SHM_DISABLED)
-        document = parse_json(await _read_body(receive, self.max_input_size, True))
+        document = parse_json(await read_body(receive, self.max_input_size, True))
         if type(document) is not dict:
             document = {}
         if "key" not in document:
@@ -486,11 +488,11 @@ class HttpFrontend:
                     "unsigned-integer"
                 )
         self.shm.register(region, key, offset, byte_size)
-        await _respond(send, 200, b"")
+        await respond(send, 200, b"")
 
     async def _cuda_shm(self, receive: Receive, send: Send, method: str, region: str, action: str) -> None:
         if method != ("GET" if action == "status" else "POST"):
-            return await _not_allowed(send)
+            return await not_allowed(send)
         if action == "status":
             if region:
                 raise TritonError(
@@ -498,18 +500,18 @@ class HttpFrontend:
                 )
             return await self._json(send, [])
         if action == "unregister":
-            return await _respond(send, 200, b"")
+            return await respond(send, 200, b"")
         if not region:
             raise invalid_arg("'region name' is necessary to register cuda shared memory region")
         raise unsupported(f"failed to register CUDA shared memory region: '{region}', GPUs not supported")
 
     # helpers ---------------------------------------------------------------------------------------
     async def _json(self, send: Send, message: Any) -> None:
-        await _respond(send, 200, json_messages.encode(message))
+        await respond(send, 200, json_messages.encode(message))
 
     async def _optional_json(self, receive: Receive) -> dict[str, Any]:
         """An optional JSON object body (an empty body is {}); anything but an object counts as {}."""
-        body = await _read_body(receive, self.max_input_size, True)
+        body = await read_body(receive, self.max_input_size, True)
         if not body:
             return {}
         document = parse_json(body)
@@ -524,73 +526,6 @@ def _segment(value: str | None) -> str:
     if not value:
         return ""
     return unquote(value) if "%" in value else value
-
-
-async def _unless_disconnected(receive: Receive, work: Awaitable[T]) -> T:
-    """`work`'s result, once the whole body was read; cancelled (its request leaves the model's
-    queue) when the client disconnects first, the only message `receive` still gives."""
-    task = asyncio.ensure_future(work)
-    gone = asyncio.ensure_future(receive())
-    try:
-        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            raise _Disconnected
-        return task.result()
-    finally:
-        gone.cancel()
-
-
-async def _read_body(receive: Receive, limit: int, json_only: bool) -> bytes | bytearray:
-    """The whole request body, at most `limit` bytes. A body in one piece is returned as is; one in
-    several pieces is gathered into a bytearray (so tensors viewing it are writable)."""
-    message = await receive()
-    if message["type"] != "http.request":
-        raise _Disconnected
-    body: bytes = message.get("body", b"")
-    if not message.get("more_body", False):
-        if len(body) > limit:
-            raise too_large(len(body), limit, json_only)
-        return body
-    gathered = bytearray(body)
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            raise _Disconnected
-        gathered += message.get("body", b"")
-        if len(gathered) > limit:
-            raise too_large(len(gathered), limit, json_only)
-        if not message.get("more_body", False):
-            return gathered
-
-
-async def _respond(
-    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    response_headers = [_JSON] if headers is None else headers
-    response_headers.append((b"content-length", str(len(body)).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": response_headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _not_found(send: Send) -> None:
-    await _respond(send, 404, _NOT_FOUND)
-
-
-async def _not_allowed(send: Send) -> None:
-    await _respond(send, 405, _NOT_ALLOWED)
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
 
 
 def create_http_app(

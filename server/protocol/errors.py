@@ -71,6 +71,11 @@ def unavailable(message: str) -> TritonError:
     return TritonError(ErrorCode.UNAVAILABLE, message)
 
 
+def client_cancelled() -> TritonError:
+    """The answer to a request whose client went away before it ran (nobody reads it)."""
+    return TritonError(ErrorCode.CANCELLED, "the client cancelled the request")
+
+
 def unsupported(message: str) -> TritonError:
     return TritonError(ErrorCode.UNSUPPORTED, message)
 

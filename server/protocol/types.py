@@ -3,6 +3,7 @@ or gRPC. Tensors hold numpy arrays (BYTES tensors: object arrays of `bytes`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +35,26 @@ class InferenceRequest:
     inputs: list[Tensor] = field(default_factory=list)
     outputs: list[RequestedOutput] = field(default_factory=list)  # empty: every output
     parameters: dict[str, Any] = field(default_factory=dict)
-    # its client went away (closed its connection, cancelled its call): if still queued, it never runs
+    # its client went away (closed its connection, cancelled its call): if still queued, it never runs;
+    # a python model running it sees is_cancelled(). Set through cancel().
     cancelled: bool = False
+    _on_cancel: list[Callable[[], None]] | None = field(default=None, repr=False, compare=False)
+
+    def cancel(self) -> None:
+        """The client went away: mark the request and tell whoever asked (an instance process)."""
+        self.cancelled = True
+        callbacks, self._on_cancel = self._on_cancel, None
+        for callback in callbacks or ():
+            callback()
+
+    def when_cancelled(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once when the request is cancelled (at once if it already is)."""
+        if self.cancelled:
+            callback()
+            return
+        if self._on_cancel is None:
+            self._on_cancel = []
+        self._on_cancel.append(callback)
 
     @property
     def priority(self) -> int:

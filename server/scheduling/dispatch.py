@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from server.backends.base import NotStarted
-from server.protocol.errors import TritonError, unavailable
+from server.protocol.errors import ErrorCode, TritonError, client_cancelled, unavailable
 from server.scheduling.work import WorkItem, drop_cancelled
 
 if TYPE_CHECKING:
@@ -184,6 +184,12 @@ class LoopDispatcher:
             self.waiting.appendleft(sent.batch)
             self._release(index)
             return
+        if all(_dropped(item, result) for item, result in zip(sent.batch, results, strict=True)):
+            # every client left before the instance ran it: no execution to count, as drop_cancelled
+            self._release(index)
+            for item in sent.batch:
+                item.complete(client_cancelled())
+            return
         if ahead and out:  # the instance goes on to the batch sent behind this one
             following, now = out[0], time.monotonic_ns()
             following.start = now
@@ -191,6 +197,10 @@ class LoopDispatcher:
                 item.started_ns = now
         self._release(index)  # the next batch first: the instance works while this one completes
         self._runner.settle(sent.batch, results, sent.start)
+
+    def queued_behind(self) -> int:
+        """Batches sent behind a running one and not started yet: still pending, as queued ones."""
+        return sum(max(0, len(out) - 1) for out in self._out)
 
     def _release(self, index: int) -> None:
         self.running -= 1
@@ -263,3 +273,8 @@ class LoopDispatcher:
                 error = unavailable(f"model unloaded before request '{item.request.id}' ran")
                 with contextlib.suppress(RuntimeError):  # its event loop is closed: nobody waits
                     item.complete(error)
+
+
+def _dropped(item: WorkItem, result: InferenceResponse | TritonError | None) -> bool:
+    """The instance answered the request CANCELLED without running it: its client had left."""
+    return item.request.cancelled and isinstance(result, TritonError) and result.code == ErrorCode.CANCELLED

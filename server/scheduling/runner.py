@@ -143,7 +143,7 @@ class ModelRunner:
             if on_loop and len(on_loop) == len(self._instances):
                 dispatcher = LoopDispatcher(self, on_loop, self._busy)
                 self._dispatcher = dispatcher
-                scheduler.elsewhere = lambda: len(dispatcher.waiting)
+                scheduler.elsewhere = lambda: len(dispatcher.waiting) + dispatcher.queued_behind()
         for index, instance in enumerate(self._instances):
             thread = threading.Thread(
                 target=self._work,
@@ -471,4 +471,4 @@ class _Channel:
 
     def is_cancelled(self) -> bool:
         stream = self._item.stream
-        return stream is not None and stream.cancelled
+        return self._item.request.cancelled or (stream is not None and stream.cancelled)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from server.protocol.errors import ErrorCode, TritonError
+from server.protocol.errors import TritonError, client_cancelled
 
 if TYPE_CHECKING:
     from server.protocol.types import InferenceRequest, InferenceResponse
@@ -77,7 +77,7 @@ def drop_cancelled(batch: list[WorkItem]) -> list[WorkItem]:
     kept = []
     for item in batch:
         if item.request.cancelled:
-            item.complete(TritonError(ErrorCode.CANCELLED, "the client cancelled the request"))
+            item.complete(client_cancelled())
         else:
             kept.append(item)
     return kept

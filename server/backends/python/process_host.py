@@ -15,8 +15,9 @@ unload. Tensors go both ways through shared memory (`shm`); the pipes carry smal
 Everything the process sends comes through one pipe, in order (the output ring is read in that
 order): the batch's results, the responses its response senders send (passed on to the request's
 channel as they come, so decoupled models stream), log records, and calls (a BLS request, run here
-by the server's BLS hook; a sender's is_cancelled(); a larger output ring), answered over a second
-pipe. A reader thread reads that pipe until the first start_batch() from an event loop; then the
+by the server's BLS hook; a model load; a larger output ring), answered over a second
+pipe, which also carries the news that a request's client went away (`InferenceRequest.cancel`). A
+reader thread reads that pipe until the first start_batch() from an event loop; then the
 loop reads it (`loop.add_reader`), and the thread ends (a "handover" message, echoed by the process,
 marks the point so that no message is read twice or lost).
 
@@ -38,6 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from server.backends.base import (
@@ -290,6 +292,8 @@ class _Process:
             return
         with contextlib.suppress(OSError), self._send_lock:  # it just died: _ended() answers for it
             self._conn.send_bytes(message)
+        for index, request in enumerate(requests):  # over the answer pipe, read even while it executes
+            request.when_cancelled(partial(self._send_answer, ("cancel", batch_id, index)))
 
     def run(
         self,
@@ -345,9 +349,12 @@ class _Process:
         self._answers.close()
 
     def _answer(self, call_id: int, error: str | None, value: Any, more: bool = False) -> None:
-        message = pickle.dumps(("answer", call_id, error, value, more), _PROTOCOL)
+        self._send_answer(("answer", call_id, error, value, more))
+
+    def _send_answer(self, message: tuple[Any, ...]) -> None:
+        data = pickle.dumps(message, _PROTOCOL)
         with contextlib.suppress(OSError), self._answer_lock:  # the process is gone: _ended() follows
-            self._answers.send_bytes(message)
+            self._answers.send_bytes(data)
 
     # reading the process -----------------------------------------------------------------------------
     def _read(self) -> None:
@@ -465,10 +472,6 @@ class _Process:
     def _call(self, call_id: int, kind: str, payload: Any) -> None:
         if kind == "grow":
             self._answer(call_id, None, self.ring.grow(payload))
-        elif kind == "cancelled":
-            with self._lock:
-                channel = self._channels.get(payload)
-            self._answer(call_id, None, channel is not None and channel.is_cancelled())
         elif kind == "bls":  # it waits on another model: off the reader thread
             threading.Thread(target=self._bls, args=(call_id, *payload), daemon=True).start()
         elif kind == "model_control":  # a load waits on the repository: off the reader thread too

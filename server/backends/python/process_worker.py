@@ -9,8 +9,10 @@ never waits on the batch pipe. Every response the model sends goes back as soon 
 tensors through the output ring.
 
 What the model asks of the server goes as a call and waits for the answer: a BLS request (run by the
-server's BLS hook, a decoupled one answering as a stream), a response sender's is_cancelled(), and a
-larger output ring. Log records (pb_utils.Logger and Python logging) are re-emitted by the server.
+server's BLS hook, a decoupled one answering as a stream), a model load or unload, and a larger
+output ring. Log records (pb_utils.Logger and Python logging) are re-emitted by the server. The
+answer pipe also brings the news that a request's client went away: a request still waiting here is
+answered CANCELLED instead of run, and a running one reports is_cancelled() from then on.
 
 Imports only what hosting the model needs (no server, no protobuf): start-up stays short.
 """
@@ -36,7 +38,7 @@ from server.backends.python.pb_utils import model_control as pb_model_control
 from server.backends.python.pb_utils import requests as pb_requests
 from server.backends.python.pb_utils import scope as pb_scope
 from server.backends.python.shm import ArenaView, RingWriter
-from server.protocol.errors import TritonError
+from server.protocol.errors import TritonError, client_cancelled
 from server.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput
 
 if TYPE_CHECKING:
@@ -90,6 +92,11 @@ class _Worker:
         # deliver the answer a lock holder may be waiting for (a larger ring)
         self._handover = False
         self._calls: dict[int, _Call] = {}
+        # (batch id, request index) of requests whose clients went away, as the server says; a batch's
+        # entries go when it is done (ids only grow, so later news of a done batch is dropped)
+        self.cancelled: set[tuple[int, int]] = set()
+        self._done_batch = 0
+        self._cancel_lock = threading.Lock()  # the answers thread adds, the main thread clears
         self._call_ids = itertools.count(1)
         self._arena = ArenaView()
         self._ring = RingWriter(ring_name, lambda needed: self.call("grow", needed))
@@ -162,6 +169,10 @@ class _Worker:
                 call = self._calls.get(message[1])
                 if call is not None:
                     call.answers.put(message[2:])
+            elif message[0] == "cancel":
+                with self._cancel_lock:
+                    if message[1] > self._done_batch:
+                        self.cancelled.add((message[1], message[2]))
             elif message[0] == "handover":  # the server reads us elsewhere from this message on
                 self._handover = True
                 if self._lock.acquire(blocking=False):  # else the holder sends it with its message
@@ -174,24 +185,32 @@ class _Worker:
     def _execute(
         self, model: PythonModel, batch_id: int, arena: str | None, metas: list[Any], senders: bool
     ) -> None:
+        # requests whose clients left while they waited here are answered, not run
+        waiting = [i for i in range(len(metas)) if (batch_id, i) not in self.cancelled]
+        results: list[InferenceResponse | TritonError | None] = [client_cancelled()] * len(metas)
         try:
-            requests = [
-                InferenceRequest(
-                    self._spec.name,
-                    self._spec.version,
-                    request_id,
-                    self._arena.read(arena, inputs),
-                    [RequestedOutput(name) for name in outputs],
-                    parameters,
-                )
-                for request_id, inputs, outputs, parameters in metas
-            ]
-            channels = [_Channel(self, batch_id, i) for i in range(len(requests))] if senders else None
-            results = model.execute_channels(requests, channels)
+            if waiting:
+                requests = [
+                    InferenceRequest(
+                        self._spec.name,
+                        self._spec.version,
+                        request_id,
+                        self._arena.read(arena, inputs),
+                        [RequestedOutput(name) for name in outputs],
+                        parameters,
+                    )
+                    for request_id, inputs, outputs, parameters in (metas[i] for i in waiting)
+                ]
+                channels = [_Channel(self, batch_id, i) for i in waiting] if senders else None
+                for index, result in zip(waiting, model.execute_channels(requests, channels), strict=True):
+                    results[index] = result
         except Exception as exc:  # a bug of ours: the batch fails, the instance goes on
             self._log_bug("running", [meta[0] for meta in metas])
             error = tcli_bug(exc)
             results = [error] * len(metas)
+        with self._cancel_lock:
+            self._done_batch = batch_id
+            self.cancelled -= {key for key in self.cancelled if key[0] <= batch_id}
         self.send_results("done", (batch_id,), results)
 
     def send_results(
@@ -291,7 +310,7 @@ class _Channel:
         self._worker.send_results("send", (self._batch, self._index, final), [result])
 
     def is_cancelled(self) -> bool:
-        return bool(self._worker.call("cancelled", (self._batch, self._index)))
+        return (self._batch, self._index) in self._worker.cancelled
 
 
 def _receive(conn: Connection) -> tuple[Any, ...]:
