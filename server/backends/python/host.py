@@ -28,7 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from server.backends.base import InstanceSpec, ModelContext, ModelError, RequestModel, ResponseChannel
+from server.backends.base import (
+    InstanceSpec,
+    ModelContext,
+    ModelError,
+    RequestModel,
+    Rescheduled,
+    ResponseChannel,
+)
 from server.backends.python import model_import
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.pb_utils import host_api as pb_host
@@ -46,6 +53,8 @@ _RESERVED_PARAMETERS = frozenset(
 _KIND_NAMES = {"KIND_CPU": "CPU", "KIND_GPU": "GPU", "KIND_MODEL": "MODEL"}
 _LOG = logging.getLogger("tcli.python_backend")
 _FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+_RESCHEDULE = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+_PB_MODULE = "server.backends.python.pb_utils"  # Triton's binding names these c_python_backend_utils.*
 
 
 class _Transport:
@@ -64,6 +73,17 @@ class _Transport:
 
     def is_cancelled(self) -> bool:
         return self._channel.is_cancelled()
+
+
+def _released(
+    pb_requests: list[Any], results: list[InferenceResponse | TritonError | None]
+) -> list[InferenceResponse | TritonError | None]:
+    """`results`, with Rescheduled for each request the model released with
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE (its scheduler runs it again)."""
+    for index, pb_request in enumerate(pb_requests):
+        if pb_host.release_flags(pb_request) == _RESCHEDULE:
+            results[index] = Rescheduled()
+    return results
 
 
 def answered(
@@ -248,9 +268,9 @@ class PythonModel(RequestModel):
             if results is not None:
                 message = f"Python model '{self.instance}' is using the decoupled mode and the execute function must return None."
                 return self._fail_open(senders, self._failure(message))
-            return [None] * len(requests)
+            return _released(pb_requests, [None] * len(requests))
         if results is None and channels is not None:
-            return [None] * len(requests)  # answered through the response senders
+            return _released(pb_requests, [None] * len(requests))  # answered through the senders
         if not isinstance(results, list | tuple) or len(results) != len(requests):
             count = len(results) if isinstance(results, list | tuple) else type(results).__name__
             error = TritonError(
@@ -259,7 +279,27 @@ class PythonModel(RequestModel):
                 f"for {len(requests)} requests",
             )
             return [error] * len(requests)
-        return [self._from_pb(request, result) for request, result in zip(requests, results, strict=True)]
+        for pb_request, sender, result in zip(pb_requests, senders, results, strict=True):
+            if result is not None and sender is not None and sender.response_count:
+                # answered through its sender already: Triton refuses the returned one
+                message = "Unable to send response. Non-decoupled model cannot send more than one response."
+                return self._fail_open(senders, self._failure(message))
+            if result is not None and pb_host.release_flags(pb_request) == _RESCHEDULE:
+                kind = type(result)
+                named = (
+                    f"c_python_backend_utils.{kind.__name__}"
+                    if kind.__module__.startswith(_PB_MODULE)
+                    else kind.__qualname__
+                )
+                message = (
+                    "Expected a None object in the execute function return list for reschduled request, "
+                    f"found type '<class '{named}'>'."
+                )
+                return self._fail_open(senders, self._failure(message))
+        answers: list[InferenceResponse | TritonError | None] = [
+            self._from_pb(request, result) for request, result in zip(requests, results, strict=True)
+        ]
+        return _released(pb_requests, answers)
 
     def _failure(self, message: str, exc: BaseException | None = None) -> ModelError:
         """The model's own failure, as Triton's python backend words it; with its traceback for the
@@ -269,9 +309,11 @@ class PythonModel(RequestModel):
             f"Failed to process the request(s) for model '{self.instance}', message: {message}", trace
         )
 
-    @staticmethod
-    def _fail_open(senders: list[Any], error: TritonError) -> list[InferenceResponse | TritonError | None]:
-        """`error` for every request whose sender is still open (closing it); None for the others."""
+    def _fail_open(
+        self, senders: list[Any], error: ModelError
+    ) -> list[InferenceResponse | TritonError | None]:
+        """`error` for every request whose sender is still open (closing it); None for the others.
+        When no request is left to carry it, it is logged here, as Triton logs every failed execute()."""
         results: list[InferenceResponse | TritonError | None] = []
         for sender in senders:
             if sender is not None and sender.closed:
@@ -280,6 +322,15 @@ class PythonModel(RequestModel):
                 if sender is not None:
                     sender.close()
                 results.append(error)
+        if all(result is None for result in results):
+            _LOG.error(
+                "model '%s' version %s instance '%s': %s%s",
+                self.name,
+                self.version,
+                self.instance,
+                error.message,
+                f"\n{error.trace}" if error.trace else "",
+            )
         return results
 
     # coroutine execute() -----------------------------------------------------------------------------

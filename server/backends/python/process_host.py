@@ -48,6 +48,7 @@ from server.backends.base import (
     ModelContext,
     ModelError,
     NotStarted,
+    Rescheduled,
     ResponseChannel,
 )
 from server.backends.python import triton_python_backend_utils as pb_utils
@@ -506,6 +507,8 @@ class _Process:
         for item in encoded:
             if item is None:
                 results.append(None)
+            elif item[0] == "x":  # released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+                results.append(Rescheduled())
             elif item[0] == "e":
                 results.append(TritonError(ErrorCode[item[1]], item[2]))
             elif item[0] == "m":  # the model's own failure, with its traceback

@@ -29,7 +29,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from server.backends.base import ModelError, tcli_bug
+from server.backends.base import ModelError, Rescheduled, tcli_bug
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.host import HostSpec, PythonModel
 from server.backends.python.pb_utils import requests as pb_requests
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 # what goes back for one request: None (it answers through its sender), an error (the model's own
-# with its traceback), or a response
+# with its traceback), a response, or ("x",): the model rescheduled it
 ResultMeta = tuple[Any, ...] | None
 _LOG = logging.getLogger("tcli.python_process")
 
@@ -203,6 +203,8 @@ class _Worker:
                         count = len(result.outputs)
                         encoded.append(("r", (result.id, result.parameters), metas[:count]))
                         metas = metas[count:]
+                    elif isinstance(result, Rescheduled):
+                        encoded.append(("x",))
                     elif isinstance(result, ModelError):
                         encoded.append(("m", result.code.name, result.message, result.trace))
                     elif isinstance(result, TritonError):
