@@ -180,6 +180,12 @@ class RequestModel(ModelInstance):
         response senders, this is execute()."""
         return list(self.execute(requests))
 
+    def ready(self) -> bool:
+        """The instance's own readiness, asked when a client asks whether the model is ready (Triton's
+        TRITONBACKEND_ModelInstanceReady: a python model's is_model_ready()). Ready, unless a backend
+        says otherwise."""
+        return True
+
     def serves_scope(self, scope: object) -> bool:
         """Whether `scope`, the model-call scope current while a python model's code runs, is this
         instance's (BLS tells apart the instances waiting on its requests by it)."""

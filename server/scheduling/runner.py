@@ -175,6 +175,10 @@ class ModelRunner:
     def instance_count(self) -> int:
         return len(self._instances)
 
+    def ready(self) -> bool:
+        """Whether every instance says it is ready (a python model's is_model_ready())."""
+        return all(i.ready() for i in list(self._instances) if isinstance(i, RequestModel))
+
     def instance_in_scope(self, scope: object) -> RequestModel | None:
         """The instance whose model code runs in `scope` (a python model's call scope; see
         RequestModel.serves_scope), when it is one of this version's."""

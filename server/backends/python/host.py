@@ -36,7 +36,7 @@ from server.backends.base import (
     Rescheduled,
     ResponseChannel,
 )
-from server.backends.python import model_import
+from server.backends.python import model_import, readiness
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.pb_utils import host_api as pb_host
 from server.backends.python.pb_utils import scope as pb_scope
@@ -187,6 +187,7 @@ class PythonModel(RequestModel):
         self._loop_lock = threading.Lock()
         self._running: set[Any] = set()  # coroutine executions in flight on that loop
         self._model: Any = None
+        self._readiness: readiness.Probe | None = None  # the model's is_model_ready, if it has one
         model_file = Path(spec.model_file)
         self._source = read_source(model_file)
         try:
@@ -209,6 +210,7 @@ class PythonModel(RequestModel):
                 if hasattr(self._model, "initialize"):
                     self._model.initialize(dict(spec.initialize_args))
             self._scope.phase.serving = True
+            self._readiness = readiness.probe_of(self._model)
         except Exception as exc:  # initialize() failing makes this version UNAVAILABLE, as in Triton
             model_import.forget_module(self._module)
             raise TritonError(
@@ -217,6 +219,22 @@ class PythonModel(RequestModel):
 
     def serves_scope(self, scope: object) -> bool:
         return scope is self._scope
+
+    @property
+    def has_readiness(self) -> bool:
+        """Whether the model defines is_model_ready()."""
+        return self._readiness is not None
+
+    def ready(self) -> bool:
+        probe = self._readiness
+        if probe is None or self._model is None:
+            return self._model is not None
+
+        def scoped() -> Any:
+            with pb_scope.model_scope(self._scope):
+                return probe()
+
+        return readiness.check(scoped, self._run_coroutine, self.instance)
 
     @property
     def inline_ok(self) -> bool:

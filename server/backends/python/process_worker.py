@@ -86,6 +86,7 @@ class _Worker:
         # deliver the answer a lock holder may be waiting for (a larger ring)
         self._handover = False
         self._calls: dict[int, _Call] = {}
+        self._model: PythonModel | None = None  # once initialize() has returned
         self._call_ids = itertools.count(1)
         self._arena = ArenaView()
         self._ring = RingWriter(ring_name, lambda needed: self.call("grow", needed))
@@ -135,7 +136,8 @@ class _Worker:
         except BaseException as exc:  # our own bug: still say why
             self.send(("ready", f"{type(exc).__name__}: {exc}"))
             _exit()
-        self.send(("ready", None))
+        self._model = model
+        self.send(("ready", None, model.has_readiness))
         while True:
             message = _receive(self._conn)
             if message[0] == "exec":
@@ -157,6 +159,8 @@ class _Worker:
                 call = self._calls.get(message[1])
                 if call is not None:
                     call.answers.put(message[2:])
+            elif message[0] == "probe":  # is_model_ready(), off this thread (it may take long)
+                threading.Thread(target=self._probe, args=(message[1],), daemon=True).start()
             elif message[0] == "handover":  # the server reads us elsewhere from this message on
                 self._handover = True
                 if self._lock.acquire(blocking=False):  # else the holder sends it with its message
@@ -164,6 +168,10 @@ class _Worker:
                         self._send_handover()
                     finally:
                         self._lock.release()
+
+    def _probe(self, probe_id: int) -> None:
+        model = self._model
+        self.send(("probed", probe_id, model is not None and model.ready()))
 
     # the model ---------------------------------------------------------------------------------------
     def _execute(
