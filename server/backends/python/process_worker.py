@@ -131,10 +131,10 @@ class _Worker:
         try:
             model = PythonModel(self._spec)
         except TritonError as error:
-            self.send(("ready", error.message))
+            self.send(("ready", error.message, False))
             _exit()
         except BaseException as exc:  # our own bug: still say why
-            self.send(("ready", f"{type(exc).__name__}: {exc}"))
+            self.send(("ready", f"{type(exc).__name__}: {exc}", False))
             _exit()
         self._model = model
         self.send(("ready", None, model.has_readiness))
