@@ -245,7 +245,8 @@ class SequenceScheduler(Scheduler):
             return False
         request = item.request
         request.parameters.update(sequence_start=False, sequence_end=False)
-        request.inputs[:] = [t for t in request.inputs if t.name not in self._control_names]
+        added = self._control_names.union(spec.input_name for spec in self._states)  # given again when taken
+        request.inputs[:] = [t for t in request.inputs if t.name not in added]
         add_controls(request, self._flags, self._corrid, self._shape, True)
         correlation_id = request.correlation_id
         with self._lock:

@@ -93,6 +93,7 @@ ITERATIVE = "sequence_batching { iterative_sequence: true }\n"
 MODELS = {
     "generate": (GENERATE, DECOUPLED + ITERATIVE),
     "generate_process": (GENERATE, DECOUPLED + ITERATIVE + PROCESS),
+    "generate_oldest": (GENERATE, DECOUPLED + "sequence_batching { iterative_sequence: true oldest { } }\n"),
     "once_more": (ONCE_MORE, ITERATIVE),
     "once_more_process": (ONCE_MORE, ITERATIVE + PROCESS),
     "wrong_return": (WRONG_RETURN, ITERATIVE),
@@ -152,7 +153,7 @@ def stream(server: RunningGrpcServer, model: str, value: int, **sequence: Any) -
         client.close()
 
 
-@pytest.mark.parametrize("model", ["generate", "generate_process"])
+@pytest.mark.parametrize("model", ["generate", "generate_process", "generate_oldest"])
 def test_a_generate_loop_reschedules_its_request_until_done(server: RunningGrpcServer, model: str) -> None:
     # without a correlation ID the request starts a sequence of its own: 1, then 2 (Triton numbers
     # them per model); START on the first execution only
