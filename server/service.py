@@ -148,10 +148,11 @@ class InferenceService:
     # models ----------------------------------------------------------------------------------------
     def model_ready(self, name: str, version: str = "") -> ModelReadyResponse:
         try:
-            self.manager.resolve(name, version)
+            _, entry = self.manager.resolve(name, version)
         except TritonError:
             return ModelReadyResponse(False)
-        return ModelReadyResponse(True)
+        # the model's own word too (a python model's is_model_ready()), as Triton asks its backends
+        return ModelReadyResponse(entry.runner is None or entry.runner.ready())
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         """Whether the model's config says `model_transaction_policy { decoupled: true }` (HTTP answers

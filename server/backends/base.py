@@ -107,6 +107,20 @@ class NotStarted(TritonError):
         )
 
 
+class Rescheduled(TritonError):
+    """A request's result when the model released it with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+    (python: `request.set_release_flags(...)`) and gave it no response: the scheduler queues it to be
+    executed again (Triton's iterative sequences). A scheduler that cannot makes this the request's
+    answer, in Triton's words (Triton logs them and never answers the request)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            ErrorCode.INTERNAL,
+            "Failed to release request: Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, "
+            "while the model is not configured to handle such a flag.",
+        )
+
+
 def tcli_bug(exc: BaseException) -> TritonError:
     """The answer for requests an exception of tcli's own failed (not the model's): whoever catches
     it logs its traceback, once, with the model, instance and requests."""
@@ -167,6 +181,12 @@ class RequestModel(ModelInstance):
         its one result, or None when it answers (or answered, or will) through its channel. Without
         response senders, this is execute()."""
         return list(self.execute(requests))
+
+    def ready(self) -> bool:
+        """The instance's own readiness, asked when a client asks whether the model is ready (Triton's
+        TRITONBACKEND_ModelInstanceReady: a python model's is_model_ready()). Ready, unless a backend
+        says otherwise."""
+        return True
 
     def serves_scope(self, scope: object) -> bool:
         """Whether `scope`, the model-call scope current while a python model's code runs, is this

@@ -36,6 +36,7 @@ from server.backends.base import (
     ModelContext,
     ModelError,
     RequestModel,
+    Rescheduled,
     ResponseChannel,
     TensorModel,
     instance_specs,
@@ -181,6 +182,10 @@ class ModelRunner:
     def instance_count(self) -> int:
         return len(self._instances)
 
+    def ready(self) -> bool:
+        """Whether every instance says it is ready (a python model's is_model_ready())."""
+        return all(i.ready() for i in list(self._instances) if isinstance(i, RequestModel))
+
     def instance_in_scope(self, scope: object) -> RequestModel | None:
         """The instance whose model code runs in `scope` (a python model's call scope; see
         RequestModel.serves_scope), when it is one of this version's."""
@@ -312,6 +317,10 @@ class ModelRunner:
         for item, result in zip(batch, results, strict=True):
             if self._pads and isinstance(item, NullItem):
                 continue
+            if isinstance(result, Rescheduled):  # to be executed again (an iterative sequence)
+                result = self._reschedule(item, result)
+                if result is None:
+                    continue
             if isinstance(result, TritonError):
                 self.stats.record_failure(end - item.enqueued_ns, "BACKEND")
                 item.complete(result)
@@ -321,6 +330,17 @@ class ModelRunner:
                 )
                 if result is not None:
                     item.complete(result)
+
+    def _reschedule(self, item: WorkItem, rescheduled: Rescheduled) -> TritonError | None:
+        """Queue a request its model rescheduled again; the request's error when that fails."""
+        try:
+            if self.scheduler.reschedule(item):
+                return None
+            error: TritonError = rescheduled
+        except TritonError as refused:
+            error = refused
+        _LOG.error("%s", error.message)  # Triton logs it (and never answers the request)
+        return error
 
     def run_batch(self, index: int, batch: list[WorkItem]) -> None:
         """Run a request batch on instance `index` on this thread (its busy lock is the caller's)."""

@@ -32,6 +32,11 @@ at a time: its next request is issued when the previous one completes, so a batc
 request per sequence. An END request releases the slot when it is issued; a backlogged sequence
 that takes the slot over starts once that END request has completed.
 
+Iterative sequences (`iterative_sequence: true`): a request without a correlation ID gets the next
+one of the model's own (from 1) and START; the model may release a request with RESCHEDULE
+(`reschedule`), which queues it again in its slot without START or END; its final release ends the
+sequence.
+
 The control tensors (START, END, READY, CORRID) are built in `sequence_controls`, the implicit state
 (`state`) in `sequence_state`.
 
@@ -44,6 +49,7 @@ nothing of this. A sequence still in the backlog is not ended; it is looked at a
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import OrderedDict, deque
@@ -116,6 +122,10 @@ class SequenceScheduler(Scheduler):
         self._idle_ns = idle_us * 1000
         self._shape = (1, 1) if self.batched else (1,)
         self._flags, self._corrid = flag_controls(sequence_batching)
+        # iterative sequences: a request without a correlation ID starts a sequence of its own, and
+        # the model may reschedule it (Triton's IterativeSequencer)
+        self.iterative = bool(sequence_batching.iterative_sequence)
+        self._next_correlation_id = itertools.count(1)
         self._control_names = frozenset(
             [f.name for f in self._flags] + ([self._corrid.name] if self._corrid else [])
         )
@@ -178,9 +188,14 @@ class SequenceScheduler(Scheduler):
             )
         correlation_id = request.correlation_id
         if correlation_id == 0 or correlation_id == "":
-            raise invalid_arg(
-                f"inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
-            )
+            if not self.iterative:
+                raise invalid_arg(
+                    f"inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
+                )
+            correlation_id = next(self._next_correlation_id)
+            request.parameters.update(sequence_id=correlation_id, sequence_start=True, sequence_end=False)
+        if self.iterative:  # the request's release ends its sequence
+            item.complete = self._ending(correlation_id, item.complete)
         start, end = request.sequence_start, request.sequence_end
         entry: Entry = (item, self._key(request))
         add_controls(request, self._flags, self._corrid, self._shape, True)
@@ -222,6 +237,34 @@ class SequenceScheduler(Scheduler):
                 del self._slots[correlation_id]
                 self._seen.pop(correlation_id, None)
             self._to_slot(ref, correlation_id, entry)
+
+    def reschedule(self, item: WorkItem) -> bool:
+        """Iterative sequences: the request goes back to its sequence's slot, without START or END (as
+        Triton's IterativeSequencer::RescheduleRequest)."""
+        if not self.iterative:
+            return False
+        request = item.request
+        request.parameters.update(sequence_start=False, sequence_end=False)
+        added = self._control_names.union(spec.input_name for spec in self._states)  # given again when taken
+        request.inputs[:] = [t for t in request.inputs if t.name not in added]
+        add_controls(request, self._flags, self._corrid, self._shape, True)
+        correlation_id = request.correlation_id
+        with self._lock:
+            ref = self._slots.get(correlation_id)
+            if ref is None:  # the sequence ended meanwhile (idle too long)
+                raise invalid_arg(
+                    f"inference request for sequence {correlation_id} to model '{self._model}' must specify "
+                    "the START flag on the first request of the sequence"
+                )
+            self._touch(correlation_id, time.monotonic_ns())
+            index = ref[0]
+            instance = self._instances[index]
+            if instance.batcher is not None:  # oldest: it is still its slot's request in flight
+                instance.batcher.enqueue(item)
+            else:
+                self._queued += 1
+                self._to_slot(ref, correlation_id, (item, self._key(request)))
+        return True
 
     def next_batch(self, worker: int = 0) -> list[WorkItem] | None:
         if not self._instances:
@@ -475,6 +518,34 @@ class SequenceScheduler(Scheduler):
         assert instance.batcher is not None
         instance.batcher.close()
 
+    # sequences that end without END --------------------------------------------------------------
+    def _force_end(self, correlation_id: CorrelationId, ref: SlotRef) -> None:
+        """Forget the sequence; its slot frees once its queued requests have run (under the lock)."""
+        del self._slots[correlation_id]
+        self._seen.pop(correlation_id, None)
+        index, slot = ref
+        instance = self._instances[index]
+        instance.queues[slot].append(RELEASE)
+        if instance.batcher is not None:
+            if not instance.in_flight[slot]:
+                self._oldest_issue(index, instance, slot)
+        else:
+            instance.ready.notify()
+
+    def _ending(
+        self, correlation_id: CorrelationId, original: Callable[[InferenceResponse | TritonError], None]
+    ) -> Callable[[InferenceResponse | TritonError], None]:
+        """An iterative sequence ends when its request completes (Triton: a cancelled null END)."""
+
+        def complete(result: InferenceResponse | TritonError) -> None:
+            original(result)
+            with self._lock:
+                ref = self._slots.get(correlation_id)
+                if ref is not None:
+                    self._force_end(correlation_id, ref)
+
+        return complete
+
     # idle sequences --------------------------------------------------------------------------------
     def _reap(self) -> None:
         """Force-end sequences idle for longer than max_sequence_idle_microseconds (Triton's reaper)."""
@@ -499,16 +570,8 @@ class SequenceScheduler(Scheduler):
                         stale.append(correlation_id)
                 for correlation_id in stale:
                     del self._seen[correlation_id]
-                for correlation_id, (index, slot) in expired:
-                    del self._seen[correlation_id]
-                    del self._slots[correlation_id]
-                    instance = self._instances[index]
-                    instance.queues[slot].append(RELEASE)
-                    if instance.batcher is not None:
-                        if not instance.in_flight[slot]:
-                            self._oldest_issue(index, instance, slot)
-                    else:
-                        instance.ready.notify()
+                for correlation_id, ref in expired:
+                    self._force_end(correlation_id, ref)
                 if expired:
                     continue
                 self._reaper_sleeping_until = wake

@@ -86,7 +86,7 @@ def drop_cancelled(batch: list[WorkItem]) -> list[WorkItem]:
 class Scheduler(ABC):
     """Queues requests; instance worker threads call `next_batch` to take work. What the runner
     (runner.py) may use of a scheduler is declared here, with the defaults a scheduler gets by not
-    overriding it: `pads_batches` and `prepare`."""
+    overriding it: `pads_batches`, `prepare` and `reschedule`."""
 
     # whether the batches it hands out may hold padding (sequence.NullItem) that is no request: the
     # runner drops their results and leaves them out of the statistics
@@ -95,6 +95,11 @@ class Scheduler(ABC):
     def prepare(self, instance_count: int) -> None:  # noqa: B027 - most schedulers need nothing
         """Called once the model's instances are loaded, before any `next_batch`: schedulers that pin
         work to instances (sequences) size themselves."""
+
+    def reschedule(self, item: WorkItem) -> bool:
+        """Queue `item` again: its model released it with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE.
+        False when this scheduler does not (only iterative sequences do, as in Triton)."""
+        return False
 
     @abstractmethod
     def enqueue(self, item: WorkItem) -> None:

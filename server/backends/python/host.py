@@ -28,8 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from server.backends.base import InstanceSpec, ModelContext, ModelError, RequestModel, ResponseChannel
-from server.backends.python import model_import
+from server.backends.base import (
+    InstanceSpec,
+    ModelContext,
+    ModelError,
+    RequestModel,
+    Rescheduled,
+    ResponseChannel,
+)
+from server.backends.python import model_import, readiness
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.pb_utils import host_api as pb_host
 from server.backends.python.pb_utils import scope as pb_scope
@@ -46,6 +53,8 @@ _RESERVED_PARAMETERS = frozenset(
 _KIND_NAMES = {"KIND_CPU": "CPU", "KIND_GPU": "GPU", "KIND_MODEL": "MODEL"}
 _LOG = logging.getLogger("tcli.python_backend")
 _FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+_RESCHEDULE = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+_PB_MODULE = "server.backends.python.pb_utils"  # Triton's binding names these c_python_backend_utils.*
 
 
 class _Transport:
@@ -64,6 +73,17 @@ class _Transport:
 
     def is_cancelled(self) -> bool:
         return self._channel.is_cancelled()
+
+
+def _released(
+    pb_requests: list[Any], results: list[InferenceResponse | TritonError | None]
+) -> list[InferenceResponse | TritonError | None]:
+    """`results`, with Rescheduled for each request the model released with
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE (its scheduler runs it again)."""
+    for index, pb_request in enumerate(pb_requests):
+        if pb_host.release_flags(pb_request) == _RESCHEDULE:
+            results[index] = Rescheduled()
+    return results
 
 
 def answered(
@@ -167,6 +187,7 @@ class PythonModel(RequestModel):
         self._loop_lock = threading.Lock()
         self._running: set[Any] = set()  # coroutine executions in flight on that loop
         self._model: Any = None
+        self._readiness: readiness.Probe | None = None  # the model's is_model_ready, if it has one
         model_file = Path(spec.model_file)
         self._source = read_source(model_file)
         try:
@@ -189,6 +210,7 @@ class PythonModel(RequestModel):
                 if hasattr(self._model, "initialize"):
                     self._model.initialize(dict(spec.initialize_args))
             self._scope.phase.serving = True
+            self._readiness = readiness.probe_of(self._model)
         except Exception as exc:  # initialize() failing makes this version UNAVAILABLE, as in Triton
             model_import.forget_module(self._module)
             raise TritonError(
@@ -197,6 +219,22 @@ class PythonModel(RequestModel):
 
     def serves_scope(self, scope: object) -> bool:
         return scope is self._scope
+
+    @property
+    def has_readiness(self) -> bool:
+        """Whether the model defines is_model_ready()."""
+        return self._readiness is not None
+
+    def ready(self) -> bool:
+        probe = self._readiness
+        if probe is None or self._model is None:
+            return self._model is not None
+
+        def scoped() -> Any:
+            with pb_scope.model_scope(self._scope):
+                return probe()
+
+        return readiness.check(scoped, self._run_coroutine, self.instance)
 
     @property
     def inline_ok(self) -> bool:
@@ -248,9 +286,9 @@ class PythonModel(RequestModel):
             if results is not None:
                 message = f"Python model '{self.instance}' is using the decoupled mode and the execute function must return None."
                 return self._fail_open(senders, self._failure(message))
-            return [None] * len(requests)
+            return _released(pb_requests, [None] * len(requests))
         if results is None and channels is not None:
-            return [None] * len(requests)  # answered through the response senders
+            return _released(pb_requests, [None] * len(requests))  # answered through the senders
         if not isinstance(results, list | tuple) or len(results) != len(requests):
             count = len(results) if isinstance(results, list | tuple) else type(results).__name__
             error = TritonError(
@@ -259,7 +297,27 @@ class PythonModel(RequestModel):
                 f"for {len(requests)} requests",
             )
             return [error] * len(requests)
-        return [self._from_pb(request, result) for request, result in zip(requests, results, strict=True)]
+        for pb_request, sender, result in zip(pb_requests, senders, results, strict=True):
+            if result is not None and sender is not None and sender.response_count:
+                # answered through its sender already: Triton refuses the returned one
+                message = "Unable to send response. Non-decoupled model cannot send more than one response."
+                return self._fail_open(senders, self._failure(message))
+            if result is not None and pb_host.release_flags(pb_request) == _RESCHEDULE:
+                kind = type(result)
+                named = (
+                    f"c_python_backend_utils.{kind.__name__}"
+                    if kind.__module__.startswith(_PB_MODULE)
+                    else kind.__qualname__
+                )
+                message = (
+                    "Expected a None object in the execute function return list for reschduled request, "
+                    f"found type '<class '{named}'>'."
+                )
+                return self._fail_open(senders, self._failure(message))
+        answers: list[InferenceResponse | TritonError | None] = [
+            self._from_pb(request, result) for request, result in zip(requests, results, strict=True)
+        ]
+        return _released(pb_requests, answers)
 
     def _failure(self, message: str, exc: BaseException | None = None) -> ModelError:
         """The model's own failure, as Triton's python backend words it; with its traceback for the
@@ -269,9 +327,11 @@ class PythonModel(RequestModel):
             f"Failed to process the request(s) for model '{self.instance}', message: {message}", trace
         )
 
-    @staticmethod
-    def _fail_open(senders: list[Any], error: TritonError) -> list[InferenceResponse | TritonError | None]:
-        """`error` for every request whose sender is still open (closing it); None for the others."""
+    def _fail_open(
+        self, senders: list[Any], error: ModelError
+    ) -> list[InferenceResponse | TritonError | None]:
+        """`error` for every request whose sender is still open (closing it); None for the others.
+        When no request is left to carry it, it is logged here, as Triton logs every failed execute()."""
         results: list[InferenceResponse | TritonError | None] = []
         for sender in senders:
             if sender is not None and sender.closed:
@@ -280,6 +340,15 @@ class PythonModel(RequestModel):
                 if sender is not None:
                     sender.close()
                 results.append(error)
+        if all(result is None for result in results):
+            _LOG.error(
+                "model '%s' version %s instance '%s': %s%s",
+                self.name,
+                self.version,
+                self.instance,
+                error.message,
+                f"\n{error.trace}" if error.trace else "",
+            )
         return results
 
     # coroutine execute() -----------------------------------------------------------------------------

@@ -23,6 +23,11 @@ marks the point so that no message is read twice or lost).
 
 When the process dies (a crash, os._exit in the model), the requests in flight fail with one line
 naming the model and instance, and the next batch starts a new process (initialize() again).
+
+Long: `_Process` is one protocol, what crosses the two pipes in which order and who reads them when,
+and its parts (sending batches, reading results, answering the process's calls, the handover to the
+loop and back, the end) share its tables under one lock; split, each part would reach into the
+others' state. Starting and ending a process (`process_life`) and the worker side are apart.
 """
 
 from __future__ import annotations
@@ -48,8 +53,10 @@ from server.backends.base import (
     ModelContext,
     ModelError,
     NotStarted,
+    Rescheduled,
     ResponseChannel,
 )
+from server.backends.python import readiness
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.host import HostSpec, answered
 from server.backends.python.pb_utils import model_control as pb_model_control
@@ -182,6 +189,11 @@ class ProcessModel(LoopRequestModel):
         if self._instance_failed is not None:
             self._instance_failed(reason)
 
+    def ready(self) -> bool:
+        """Not ready while its process is down (Triton: stub not healthy), else is_model_ready()."""
+        process = self._process
+        return process is not None and not process.dead and (not process.has_readiness or process.ready())
+
     def unload(self) -> None:
         process, self._process = self._process, None
         if process is not None:
@@ -212,6 +224,9 @@ class _Process:
         self._channels: dict[tuple[int, int], ResponseChannel] = {}  # senders still open
         self._bls_streams: dict[int, pb_utils.ResponseIterator] = {}
         self._ready: Future[str | None] = Future()
+        self.has_readiness = False  # the model defines is_model_ready()
+        self._probes: dict[int, Future[bool]] = {}
+        self._probe_ids = itertools.count(1)
         self._gone = threading.Event()  # set once _ended() has answered for everything in flight
         # who reads the process: the reader thread, then (after the handover) `_loop`
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -348,6 +363,18 @@ class _Process:
         self._conn.close()
         self._answers.close()
 
+    def ready(self) -> bool:
+        """The model's is_model_ready(), asked in the process; not ready without an answer in time."""
+        probe_id, answer = next(self._probe_ids), Future[bool]()
+        self._probes[probe_id] = answer
+        with contextlib.suppress(OSError), self._answer_lock:
+            self._answers.send_bytes(pickle.dumps(("probe", probe_id), _PROTOCOL))
+        here = self._on_loop and readiness.runs_loop(self._loop)  # this thread reads the process
+        try:
+            return readiness.wait(answer, self._read_one if here else None)
+        finally:
+            self._probes.pop(probe_id, None)
+
     def _answer(self, call_id: int, error: str | None, value: Any, more: bool = False) -> None:
         self._send_answer(("answer", call_id, error, value, more))
 
@@ -381,6 +408,10 @@ class _Process:
         assert self._loop is not None
         self._loop.add_reader(self._conn.fileno(), self._readable)
         self._on_loop = True
+
+    def _read_one(self, timeout: float) -> None:
+        if not self._eof and self._conn.poll(timeout):
+            self._readable()
 
     def _readable(self) -> None:
         """The loop's reader callback: one message (the loop calls again while there are more)."""
@@ -463,7 +494,12 @@ class _Process:
             record: logging.LogRecord = message[1]
             logging.getLogger(record.name).handle(record)
         elif kind == "ready":
+            self.has_readiness = message[2]
             self._ready.set_result(message[1])
+        elif kind == "probed":
+            probe = self._probes.pop(message[1], None)
+            if probe is not None:
+                probe.set_result(message[2])
         elif kind == "bls_cancel":
             stream = self._bls_streams.get(message[1])
             if stream is not None:
@@ -525,6 +561,8 @@ class _Process:
         for item in encoded:
             if item is None:
                 results.append(None)
+            elif item[0] == "x":  # released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+                results.append(Rescheduled())
             elif item[0] == "e":
                 results.append(TritonError(ErrorCode[item[1]], item[2]))
             elif item[0] == "m":  # the model's own failure, with its traceback

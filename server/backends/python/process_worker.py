@@ -31,7 +31,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from server.backends.base import ModelError, tcli_bug
+from server.backends.base import ModelError, Rescheduled, tcli_bug
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.host import HostSpec, PythonModel
 from server.backends.python.pb_utils import model_control as pb_model_control
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 # what goes back for one request: None (it answers through its sender), an error (the model's own
-# with its traceback), or a response
+# with its traceback), a response, or ("x",): the model rescheduled it
 ResultMeta = tuple[Any, ...] | None
 _LOG = logging.getLogger("tcli.python_process")
 
@@ -97,6 +97,7 @@ class _Worker:
         self.cancelled: set[tuple[int, int]] = set()
         self._done_batch = 0
         self._cancel_lock = threading.Lock()  # the answers thread adds, the main thread clears
+        self._model: PythonModel | None = None  # once initialize() has returned
         self._call_ids = itertools.count(1)
         self._arena = ArenaView()
         self._ring = RingWriter(ring_name, lambda needed: self.call("grow", needed))
@@ -142,12 +143,13 @@ class _Worker:
         try:
             model = PythonModel(self._spec)
         except TritonError as error:
-            self.send(("ready", error.message))
+            self.send(("ready", error.message, False))
             _exit()
         except BaseException as exc:  # our own bug: still say why
-            self.send(("ready", f"{type(exc).__name__}: {exc}"))
+            self.send(("ready", f"{type(exc).__name__}: {exc}", False))
             _exit()
-        self.send(("ready", None))
+        self._model = model
+        self.send(("ready", None, model.has_readiness))
         while True:
             message = _receive(self._conn)
             if message[0] == "exec":
@@ -173,6 +175,8 @@ class _Worker:
                 with self._cancel_lock:
                     if message[1] > self._done_batch:
                         self.cancelled.add((message[1], message[2]))
+            elif message[0] == "probe":  # is_model_ready(), off this thread (it may take long)
+                threading.Thread(target=self._probe, args=(message[1],), daemon=True).start()
             elif message[0] == "handover":  # the server reads us elsewhere from this message on
                 self._handover = True
                 if self._lock.acquire(blocking=False):  # else the holder sends it with its message
@@ -180,6 +184,10 @@ class _Worker:
                         self._send_handover()
                     finally:
                         self._lock.release()
+
+    def _probe(self, probe_id: int) -> None:
+        model = self._model
+        self.send(("probed", probe_id, model is not None and model.ready()))
 
     # the model ---------------------------------------------------------------------------------------
     def _execute(
@@ -227,6 +235,8 @@ class _Worker:
                         count = len(result.outputs)
                         encoded.append(("r", (result.id, result.parameters), metas[:count]))
                         metas = metas[count:]
+                    elif isinstance(result, Rescheduled):
+                        encoded.append(("x",))
                     elif isinstance(result, ModelError):
                         encoded.append(("m", result.code.name, result.message, result.trace))
                     elif isinstance(result, TritonError):
