@@ -38,6 +38,7 @@ import contextlib
 import itertools
 import logging
 import multiprocessing
+import os
 import pickle
 import queue
 import threading
@@ -407,6 +408,9 @@ class _Process:
             return
         assert self._loop is not None
         self._loop.add_reader(self._conn.fileno(), self._readable)
+        # uvloop (libuv) makes a polled fd non-blocking; a message the process is still writing
+        # would then be cut short (EAGAIN) and taken for its death: recv_bytes must wait for the rest
+        os.set_blocking(self._conn.fileno(), True)
         self._on_loop = True
 
     def _read_one(self, timeout: float) -> None:
