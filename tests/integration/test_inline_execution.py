@@ -1,4 +1,4 @@
-"""Cheap python models run on the server's event loop (no thread hand-off); slow, decoupled and BLS
+"""Cheap python models opted in to the server process (TCLI_INSTANCE_PROCESS "false") run on the server's event loop (no thread hand-off); slow, decoupled and BLS
 models keep their worker threads, so a model that blocks never stalls the other connections.
 
 Each test model answers with the name of the thread its execute() ran on."""
@@ -24,6 +24,7 @@ max_batch_size: 0
 input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 1 ] }} ]
 output [ {{ name: "THREAD" data_type: TYPE_STRING dims: [ 1 ] }} ]
 instance_group [ {{ kind: KIND_CPU }} ]
+parameters {{ key: "TCLI_INSTANCE_PROCESS" value {{ string_value: "false" }} }}
 {extra}
 """
 

@@ -27,10 +27,12 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
 """
 
+# in the server process: there, unloading must give the memory back (an instance process just exits)
 CONFIG = """
 backend: "python"
 input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+parameters { key: "TCLI_INSTANCE_PROCESS" value { string_value: "false" } }
 """
 
 

@@ -51,6 +51,9 @@ ResultMeta = tuple[Any, ...] | None
 _LOG = logging.getLogger("tcli.python_process")
 
 
+_CANCELLED_KEPT = 4096  # cancellations remembered for requests no sender is left to report them
+
+
 def main(
     conn: Connection, answers: Connection, spec: HostSpec, ring_name: str, log_levels: dict[str, int]
 ) -> None:
@@ -92,11 +95,12 @@ class _Worker:
         # deliver the answer a lock holder may be waiting for (a larger ring)
         self._handover = False
         self._calls: dict[int, _Call] = {}
-        # (batch id, request index) of requests whose clients went away, as the server says; a batch's
-        # entries go when it is done (ids only grow, so later news of a done batch is dropped)
+        # (batch id, request index) of requests whose clients went away, as the server says. An entry
+        # goes when its response sender sends the final flag (a decoupled model's thread may send
+        # long after execute() returned); news that came too late for any sender is dropped once
+        # the set grows large, oldest batches first
         self.cancelled: set[tuple[int, int]] = set()
-        self._done_batch = 0
-        self._cancel_lock = threading.Lock()  # the answers thread adds, the main thread clears
+        self._cancel_lock = threading.Lock()  # the answers thread adds, model threads remove
         self._model: PythonModel | None = None  # once initialize() has returned
         self._call_ids = itertools.count(1)
         self._arena = ArenaView()
@@ -173,8 +177,7 @@ class _Worker:
                     call.answers.put(message[2:])
             elif message[0] == "cancel":
                 with self._cancel_lock:
-                    if message[1] > self._done_batch:
-                        self.cancelled.add((message[1], message[2]))
+                    self.cancelled.add((message[1], message[2]))
             elif message[0] == "probe":  # is_model_ready(), off this thread (it may take long)
                 threading.Thread(target=self._probe, args=(message[1],), daemon=True).start()
             elif message[0] == "handover":  # the server reads us elsewhere from this message on
@@ -216,10 +219,15 @@ class _Worker:
             self._log_bug("running", [meta[0] for meta in metas])
             error = tcli_bug(exc)
             results = [error] * len(metas)
-        with self._cancel_lock:
-            self._done_batch = batch_id
-            self.cancelled -= {key for key in self.cancelled if key[0] <= batch_id}
+        if len(self.cancelled) > _CANCELLED_KEPT:
+            with self._cancel_lock:
+                self.cancelled -= {key for key in self.cancelled if key[0] < batch_id - _CANCELLED_KEPT}
         self.send_results("done", (batch_id,), results)
+
+    def sender_closed(self, batch_id: int, index: int) -> None:
+        """A request's response sender sent its final flag: its cancellation is no longer news."""
+        with self._cancel_lock:
+            self.cancelled.discard((batch_id, index))
 
     def send_results(
         self, kind: str, header: tuple[Any, ...], results: list[InferenceResponse | TritonError | None]
@@ -318,6 +326,8 @@ class _Channel:
 
     def send(self, result: InferenceResponse | TritonError | None, final: bool, /) -> None:
         self._worker.send_results("send", (self._batch, self._index, final), [result])
+        if final and self._worker.cancelled:
+            self._worker.sender_closed(self._batch, self._index)
 
     def is_cancelled(self) -> bool:
         return (self._batch, self._index) in self._worker.cancelled
