@@ -1,5 +1,6 @@
-"""Cheap python models opted in to the server process (TCLI_INSTANCE_PROCESS "false") run on the server's event loop (no thread hand-off); slow, decoupled and BLS
-models keep their worker threads, so a model that blocks never stalls the other connections.
+"""Cheap python models opted in to the server process (TCLI_INSTANCE_PROCESS "false") run on the
+server's event loop (no thread hand-off); slow, decoupled and BLS models keep their worker threads,
+so a model that blocks never stalls the other connections.
 
 Each test model answers with the name of the thread its execute() ran on."""
 
