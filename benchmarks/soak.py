@@ -249,15 +249,16 @@ def _kill_instance(soak: Soak) -> int | None:
     return None
 
 
-def _footprint(server: Server) -> tuple[float, int]:
-    """Resident MB and open file descriptors of the server and its child processes."""
+def _footprint(server: Server) -> tuple[float, int, float]:
+    """Resident MB and open file descriptors of the server and its child processes, and the
+    server's own resident MB (which side grows is the first question when the total does)."""
     root = psutil.Process(server.process.pid)
     rss, fds = 0, 0
     for process in [root, *root.children(recursive=True)]:
         with contextlib.suppress(psutil.NoSuchProcess):
             rss += process.memory_info().rss
             fds += process.num_fds()
-    return rss / 2**20, fds
+    return rss / 2**20, fds, root.memory_info().rss / 2**20
 
 
 def soak(minutes: float, workdir: Path, kill_every_s: float = 300.0, edit_every_s: float = 60.0) -> dict:
@@ -310,7 +311,8 @@ def soak(minutes: float, workdir: Path, kill_every_s: float = 300.0, edit_every_
         "reloads": reloads,
         "kills": [pid for pid in killed if pid],
         "rss_mb": (round(start[0], 1), round(end[0], 1)),
-        "fds": start[1:] + end[1:],
+        "server_rss_mb": (round(start[2], 1), round(end[2], 1)),
+        "fds": (start[1], end[1]),
     }
 
 
@@ -344,7 +346,9 @@ def _rows(result: dict) -> list[Row]:
             round(rss1 / rss0, 2) if rss0 else None,
             "within 10%",
             bool(rss0) and rss1 <= rss0 * 1.10 and fd1 <= fd0 * 1.10 + 2,
-            "server and its instance processes",
+            "server and its instance processes (the server alone: {:.0f} -> {:.0f} MB)".format(
+                *result["server_rss_mb"]
+            ),
         ),
     ]
 
