@@ -257,11 +257,15 @@ class Server:
             self.http_port = handle.port
             self._handles.append(handle)
         if settings.allow_metrics:
+            from server.backends.python.pb_utils.metric_registry import METRICS
             from server.frontends.http_server import serve_http
             from server.frontends.metrics import create_metrics_app
 
             metrics = create_metrics_app(
-                self.manager, settings.metrics_interval_ms, cpu_metrics=settings.allow_cpu_metrics
+                self.manager,
+                settings.metrics_interval_ms,
+                cpu_metrics=settings.allow_cpu_metrics,
+                custom=METRICS.collect,  # python models' pb_utils.MetricFamily families
             )
             handle = await serve_http(
                 metrics,

@@ -71,6 +71,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from server.frontends.custom_metrics import CustomFamilies, custom_families
 from server.repository.models import ModelState
 from server.stats import ModelStats
 
@@ -373,11 +374,16 @@ class TritonCollector:
     tcli's own families."""
 
     def __init__(
-        self, manager: ModelManager, cpu: CpuSampler | None = None, cpu_metrics: bool = True
+        self,
+        manager: ModelManager,
+        cpu: CpuSampler | None = None,
+        cpu_metrics: bool = True,
+        custom: CustomFamilies | None = None,
     ) -> None:
         self.manager = manager
         self.cpu = cpu or CpuSampler()
         self.cpu_metrics = cpu_metrics  # --allow-cpu-metrics
+        self.custom = custom  # python models' own families (server/frontends/custom_metrics.py)
 
     def collect(self) -> Iterable[Metric]:
         versions = snapshot(self.manager)
@@ -386,6 +392,7 @@ class TritonCollector:
             *(host_families(self.cpu) if self.cpu_metrics else ()),
             *batch_size_families(versions),
             *ready_families(self.manager),
+            *(custom_families(self.custom()) if self.custom is not None else ()),
         ]
 
 
@@ -427,10 +434,15 @@ def _shared_cpu() -> CpuSampler:
         return _default_cpu
 
 
-def metrics_text(manager: ModelManager, cpu: CpuSampler | None = None, cpu_metrics: bool = True) -> bytes:
+def metrics_text(
+    manager: ModelManager,
+    cpu: CpuSampler | None = None,
+    cpu_metrics: bool = True,
+    custom: CustomFamilies | None = None,
+) -> bytes:
     """The /metrics body for `manager` right now. Without `cpu`, CPU utilisation is measured with a
     process-wide sampler (since its first use); the metrics app keeps its own, started with it."""
-    return render(TritonCollector(manager, cpu or _shared_cpu(), cpu_metrics).collect())
+    return render(TritonCollector(manager, cpu or _shared_cpu(), cpu_metrics, custom).collect())
 
 
 # ------------------------------------------------------------------------------------------ ASGI app
@@ -442,11 +454,13 @@ def create_metrics_app(
     metrics_interval_ms: float = DEFAULT_METRICS_INTERVAL_MS,
     *,
     cpu_metrics: bool = True,
+    custom: CustomFamilies | None = None,
 ) -> ASGIApp:
     """A raw ASGI app for the metrics port: GET (or HEAD) /metrics answers the exposition text; other
     methods on /metrics answer 405, every other path 404. `metrics_interval_ms` is tritonserver's
     --metrics-interval-ms: CPU utilisation is refreshed at most every half of it; `cpu_metrics`
-    (--allow-cpu-metrics) keeps the host CPU and memory gauges."""
+    (--allow-cpu-metrics) keeps the host CPU and memory gauges; `custom` gives python models' own
+    families."""
     cpu = CpuSampler(window_s=max(metrics_interval_ms, 0) / 2000)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -463,7 +477,7 @@ def create_metrics_app(
                 send, 405, b"Method Not Allowed\n", "text/plain; charset=utf-8", [(b"allow", b"GET, HEAD")]
             )
         else:
-            body = metrics_text(manager, cpu, cpu_metrics)
+            body = metrics_text(manager, cpu, cpu_metrics, custom)
             await _respond(send, 200, body, CONTENT_TYPE, head=method == "HEAD")
 
     return app
