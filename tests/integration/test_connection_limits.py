@@ -10,7 +10,7 @@ import json
 import selectors
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -19,18 +19,12 @@ import tritonclient.http as httpclient
 
 from tests.integration.serve_process import ServeProcess
 from tests.repo_builder import add_python_add_sub
+from tests.waiting import wait_until
 
 TIMEOUT = 1.0  # the header and body timeouts the server is started with
 SLACK = 10.0  # on two shared cores, a sweep and 500 closes may lag behind the timeout this much
 STALLED = 500
 CAP = 8
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)  # polling interval, not an assumed duration
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +130,7 @@ def test_stalled_heads_and_bodies_are_answered_408_closed_and_freed(served: Serv
         for sock in sockets:
             sock.close()
     # everything the stalled clients held is gone: the server's descriptors are back where they were
-    wait_for(lambda: server_fds(served) <= baseline + 5, 30, "the server's descriptors to be freed")
+    wait_until(lambda: server_fds(served) <= baseline + 5, "the server's descriptors to be freed")
     assert_serves(served)
 
 

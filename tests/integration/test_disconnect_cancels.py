@@ -14,8 +14,7 @@ import json
 import socket
 import textwrap
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from tritonclient.grpc import service_pb2 as pb
 from server.app import Server, ServerSettings
 from server.frontends.grpc import GRPC_IMPLEMENTATIONS
 from tests.integration.test_grpc_native_h2 import RawGrpc, framed
+from tests.waiting import wait_until
 
 WAIT = 30.0  # failure timeout; never reached when things work
 INFER = "/inference.GRPCInferenceService/ModelInfer"
@@ -93,7 +93,7 @@ class Served:
             yield
         finally:
             self.release()
-            wait_for(lambda: self.pending() == 0, "the queue to empty")
+            wait_until(lambda: self.pending() == 0, "the queue to empty", timeout=WAIT)
 
     def release(self) -> None:
         (self.folder / "release").write_text("go")
@@ -123,13 +123,6 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     finally:
         (folder / "release").write_text("go")  # nothing stays blocked past the test
         server.stop()
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)  # polling interval, not an assumed duration
 
 
 def infer_json(value: int) -> bytes:
@@ -181,7 +174,7 @@ def test_an_http_client_that_disconnects_cancels_its_queued_request(served: Serv
         before = execution_count(served)
         results: dict[int, Any] = {}
         running = http_infer_in_thread(served, 1, results)  # A
-        wait_for(lambda: served.executed() == [1], "A to start executing")
+        wait_until(lambda: served.executed() == [1], "A to start executing", timeout=WAIT)
         port = served.server.http_port
         assert port is not None
         b = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
@@ -191,12 +184,14 @@ def test_an_http_client_that_disconnects_cancels_its_queued_request(served: Serv
             b.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
         else:
             b.sendall(head + b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-        wait_for(lambda: served.pending() == 1, "B to wait in the queue")
+        wait_until(lambda: served.pending() == 1, "B to wait in the queue", timeout=WAIT)
         b_port = b.getsockname()[1]
         b.close()  # B's client gives up
-        wait_for(lambda: not server_side_open(port, b_port), "the server to see B's client go")
+        wait_until(
+            lambda: not server_side_open(port, b_port), "the server to see B's client go", timeout=WAIT
+        )
         queued = http_infer_in_thread(served, 3, results)  # C, behind B in the queue
-        wait_for(lambda: served.pending() == 2, "C to wait behind B")
+        wait_until(lambda: served.pending() == 2, "C to wait behind B", timeout=WAIT)
         served.release()
         running.join(WAIT)
         queued.join(WAIT)
@@ -221,16 +216,16 @@ def test_a_grpc_client_that_resets_its_stream_cancels_its_queued_request(served:
         try:
             a = client.start(INFER)
             client.send(a, grpc_request(1), end=True)
-            wait_for(lambda: served.executed() == [1], "A to start executing")
+            wait_until(lambda: served.executed() == [1], "A to start executing", timeout=WAIT)
             b = client.start(INFER)
             client.send(b, grpc_request(2), end=True)
-            wait_for(lambda: served.pending() == 1, "B to wait in the queue")
+            wait_until(lambda: served.pending() == 1, "B to wait in the queue", timeout=WAIT)
             client.conn.reset_stream(b)  # B's client cancels its call
             client.flush()
             client.sync()  # the server has read the reset
             c = client.start(INFER)
             client.send(c, grpc_request(3), end=True)
-            wait_for(lambda: served.pending() == 2, "C to wait behind B")
+            wait_until(lambda: served.pending() == 2, "C to wait behind B", timeout=WAIT)
             served.release()
             answers = {value: client.wait(stream) for value, stream in ((1, a), (3, c))}
         finally:

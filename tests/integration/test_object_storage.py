@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +27,12 @@ from tests.object_storage import (
     s3_server,
     upload_folder,
 )
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "model_repository"
 BUCKET = "models"
 POLL_S = 0.3
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")

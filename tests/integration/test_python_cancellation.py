@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import socket
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from server.app import Server, ServerSettings
+from tests.waiting import wait_until
 
 WAIT = 30.0
 
@@ -94,10 +94,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, P
 
 def _wait_for(path: Path, written: bool = False) -> str:
     """The file's text once it exists (and, `written`, once it has any)."""
-    deadline = time.monotonic() + WAIT
-    while not path.exists() or (written and not path.read_text()):
-        assert time.monotonic() < deadline, f"timed out waiting for {path.name}"
-        time.sleep(0.01)  # polling interval, not an assumed duration
+    wait_until(lambda: path.exists() and (not written or bool(path.read_text())), path.name, timeout=WAIT)
     return path.read_text()
 
 
