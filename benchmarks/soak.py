@@ -278,8 +278,13 @@ def soak(minutes: float, workdir: Path, kill_every_s: float = 300.0, edit_every_
         time.sleep(warm)  # the clients' own start-up (imports, connections) is not a leak
         start = _footprint(server)
         next_edit, next_kill, turn, killed = began + edit_every_s, began + kill_every_s, 0, []
+        next_sample, timeline = time.monotonic() + 60.0, [start]
         while time.monotonic() < soak_state.until:
             now = time.monotonic()
+            if now >= next_sample:  # a minute-by-minute record: growth that levels off is not a leak
+                timeline.append(_footprint(server))
+                log("soak footprint: {:.1f} MB total, {} fds, server {:.1f} MB".format(*timeline[-1]))
+                next_sample += 60.0
             if now >= next_edit:
                 turn += 1
                 _edit_config(repo, turn)
@@ -313,6 +318,7 @@ def soak(minutes: float, workdir: Path, kill_every_s: float = 300.0, edit_every_
         "rss_mb": (round(start[0], 1), round(end[0], 1)),
         "server_rss_mb": (round(start[2], 1), round(end[2], 1)),
         "fds": (start[1], end[1]),
+        "timeline_mb": [(round(total, 1), round(own, 1)) for total, _, own in timeline],
     }
 
 

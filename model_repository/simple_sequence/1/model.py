@@ -5,6 +5,7 @@ sequence ID (correlation ID) and the sequence_start / sequence_end flags. The se
 batcher adds two control tensors to every request it hands to this model:
 
 * START (INT32 [1, 1]): 1 on the first request of a sequence, else 0;
+* END (INT32 [1, 1]): 1 on the last request of a sequence, else 0;
 * READY (INT32 [1, 1]): 1 if the row holds a real request, 0 for an idle batch slot.
 
 For a row with READY = 1, this model computes, per correlation ID (request.correlation_id()):
@@ -18,8 +19,9 @@ included. So a sequence 0, 11, 7, 5 gives 0, 11, 18, 23. INT32 arithmetic wraps 
 A row with READY = 0 is an empty slot: its INPUT is meaningless, the sum is not touched and
 OUTPUT is 0. The model gets one request per occupied sequence slot (up to max_batch_size per
 execute call) and answers each from its own sequence's state, so sequences batched together
-never mix. The sequence_end flag needs no handling: a later START resets the sum. To bound
-memory, only the most recently used MAX_SEQUENCES sums are kept; an evicted sequence that
+never mix. A sequence's sum is dropped on its END request, so memory follows the open
+sequences, not every sequence ever seen; a client that never ends its sequences is bounded
+too: only the most recently used MAX_SEQUENCES sums are kept, and an evicted sequence that
 continues without START starts again from 0.
 """
 
@@ -53,6 +55,7 @@ class TritonPythonModel:
             rows = values.shape[0] if values.ndim else 1
             flat = values.reshape(rows, -1).astype(np.int32)
             start = _flags(request, "START", rows)
+            end = _flags(request, "END", rows)
             ready = _flags(request, "READY", rows)
             output = np.zeros((rows, flat.shape[1]), dtype=np.int32)
             if ready.any():
@@ -65,7 +68,8 @@ class TritonPythonModel:
                         continue
                     total = flat[row].copy() if start[row] else (total + flat[row]).astype(np.int32)
                     output[row] = total
-                self.sums[key] = total
+                if not (end & ready).any():
+                    self.sums[key] = total
                 while len(self.sums) > MAX_SEQUENCES:
                     self.sums.popitem(last=False)
             output = output.reshape(values.shape)

@@ -58,7 +58,7 @@ def auto_complete_config(model_file: Path, config: dict[str, Any]) -> dict[str, 
         raise TritonError(ErrorCode.INTERNAL, f"{where}: {_one_line(e)}") from None
     finally:
         if module is not None:
-            forget_module(module)
+            forget_module(module, scan=False)
     return completed
 
 

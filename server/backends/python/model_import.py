@@ -57,7 +57,7 @@ def import_model_file(model_file: Path, model_name: str, *, own_process: bool = 
     module = importlib.util.module_from_spec(spec)
 
     with _import_lock:
-        before = set(sys.modules)
+        last_before = next(reversed(sys.modules))
         added = [p for p in (str(version_dir), str(model_dir)) if p not in sys.path]
         sys.path.extend(added)  # appended, as Triton does: installed packages win over same-named files
         sys.modules[package] = package_module
@@ -75,23 +75,55 @@ def import_model_file(model_file: Path, model_name: str, *, own_process: bool = 
             for path in added:
                 if path in sys.path:
                     sys.path.remove(path)
-            _forget_local_modules(before, model_dir, keep=module)
+            new_names = _added_since(last_before)
+            _forget_local_modules(new_names, model_dir, keep=module)
+            if sys.modules.get(module_name) is module:  # imported: remember what to forget later
+                _package_names[package] = [
+                    n for n in new_names if n == package or n.startswith(package + ".")
+                ]
     return module
 
 
-def forget_module(module: ModuleType) -> None:
+# the names each model package entered into sys.modules while its file was imported
+_package_names: dict[str, list[str]] = {}
+
+
+def forget_module(module: ModuleType, *, scan: bool = True) -> None:
     """Drop a module made by import_model_file, its package and the package's other modules (files
-    the model imported relatively) from sys.modules."""
+    the model imported relatively) from sys.modules. `scan=False` drops only the names the import
+    itself entered, without reading all of sys.modules: enough for a module whose code has not run
+    since (auto-completion), and it keeps loading 10,000 models linear."""
     package = module.__name__.rpartition(".")[0]
-    # list() copies the keys in one step; iterating sys.modules itself races with imports elsewhere
-    for name in [n for n in list(sys.modules) if n == package or n.startswith(package + ".")]:
+    names = _package_names.pop(package, [])
+    if scan:
+        # list() copies the keys in one step; iterating sys.modules itself races with imports elsewhere
+        names = [n for n in list(sys.modules) if n == package or n.startswith(package + ".")]
+    for name in names:
         sys.modules.pop(name, None)
 
 
-def _forget_local_modules(before: set[str], model_dir: Path, keep: ModuleType) -> None:
+def _added_since(last_before: str) -> list[str]:
+    """The names entered into sys.modules after `last_before`, its newest key when the import began.
+    A dict keeps insertion order, so they are the keys after it: walking back from the newest costs
+    what the import added, where copying sys.modules costs every model loaded so far (a repository of
+    10,000 models made the loads quadratic). Should `last_before` be gone, every name is returned:
+    the caller keeps only modules whose files lie in the model's folders, so that stays correct."""
+    added: list[str] = []
+    try:
+        for name in reversed(sys.modules):
+            if name == last_before:
+                return added
+            added.append(name)
+    except RuntimeError:  # another thread imported meanwhile: take the slow, safe copy
+        pass
+    names = list(sys.modules)  # one step, as in forget_module
+    return names[names.index(last_before) + 1 :] if last_before in names else names
+
+
+def _forget_local_modules(added: list[str], model_dir: Path, keep: ModuleType) -> None:
     """Remove modules imported during the model's import whose files live in the model's folders
     (but `keep`, the model itself, under whatever name it was registered)."""
-    for name in set(sys.modules) - before:
+    for name in added:
         module = sys.modules.get(name)
         file = getattr(module, "__file__", None)
         if name.startswith("_tcli_model_") or not file or module is keep:
