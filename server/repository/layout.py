@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from server.config.model_folder import ModelFolder, scan_model
@@ -18,8 +19,9 @@ def scan_repository(repository: Path) -> list[ModelFolder]:
     as Triton ignores them; hidden folders and __pycache__ are skipped."""
     if not repository.is_dir():
         raise FileNotFoundError(f"model repository '{repository}' is not a directory")
-    return [
-        scan_model(child, repository)
-        for child in sorted(repository.iterdir())
-        if child.is_dir() and not child.name.startswith(".") and child.name != "__pycache__"
-    ]
+    # scandir's entries know their type from the listing itself: no stat per model folder
+    with os.scandir(repository) as entries:
+        names = sorted(
+            e.name for e in entries if e.is_dir() and not e.name.startswith(".") and e.name != "__pycache__"
+        )
+    return [scan_model(repository / name, repository) for name in names]

@@ -13,7 +13,7 @@ import contextlib
 import enum
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -112,6 +112,14 @@ class ModelManager:
                 continue
             for name, folder in folders.items():
                 found.setdefault(name, (repository, folder))
+        return found
+
+    def _located_among(self, names: Collection[str]) -> dict[str, tuple[Repository, ModelFolder]]:
+        """_located for these names only: the first repository holding each, as a full scan finds."""
+        found: dict[str, tuple[Repository, ModelFolder]] = {}
+        for name in sorted(names):
+            with contextlib.suppress(TritonError):
+                found[name] = self._locate(name)
         return found
 
     def _locate(self, name: str) -> tuple[Repository, ModelFolder]:
@@ -362,12 +370,14 @@ class ModelManager:
             listener(name)
 
     # polling ---------------------------------------------------------------------------------------
-    def poll_once(self) -> list[str]:
+    def poll_once(self, names: Collection[str] | None = None) -> list[str]:
         """Reload changed models, load new ones, drop removed ones; returns the names acted on. A
-        repository that cannot be read keeps its models as they were."""
+        repository that cannot be read keeps its models as they were. `names` (from local file
+        events) limits the poll to those model folders: with 10,000 models a full scan takes
+        seconds, while the folder that changed is known."""
         self.refresh()
         changed: list[str] = []
-        located = self._located()
+        located = self._located() if names is None else self._located_among(names)
         for name, (repository, _) in located.items():
             model = self._models.get(name)
             if model is not None and model.fingerprint == repository.fingerprint(name):
@@ -377,7 +387,7 @@ class ModelManager:
                 self.load(name)
             except TritonError as exc:
                 log.error("Poll failed for model directory '%s': %s", name, exc.message)
-        for name in list(self._models):
+        for name in list(self._models) if names is None else [n for n in names if n in self._models]:
             if name not in located:
                 changed.append(name)
                 self.forget(name, self._owner(name))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,15 +57,17 @@ class Repository(Protocol):
 def folder_fingerprint(path: Path) -> tuple[object, ...]:
     """Names, sizes and modification times of everything in a model folder: changes mean reload."""
     entries: list[tuple[str, int, int]] = []
-    for item in sorted(path.rglob("*")):
-        if "__pycache__" in item.parts or not item.is_file():
-            continue
-        try:
-            stat = item.stat()
-        except OSError:
-            continue
-        entries.append((str(item.relative_to(path)), stat.st_size, stat.st_mtime_ns))
-    return tuple(entries)
+    # os.walk over scandir: one stat per file, where rglob + is_file + stat took three
+    for folder, subfolders, files in os.walk(path, followlinks=True):  # as rglob, into linked folders
+        subfolders[:] = [name for name in subfolders if name != "__pycache__"]
+        for name in files:
+            item = os.path.join(folder, name)
+            try:
+                stat = os.stat(item)
+            except OSError:
+                continue
+            entries.append((os.path.relpath(item, path), stat.st_size, stat.st_mtime_ns))
+    return tuple(sorted(entries))
 
 
 class LocalRepository:
