@@ -30,6 +30,9 @@ Scenarios (--only names in brackets; benchmarks/NOTES.md says what each measures
                 decoupled stream) with a poll-mode config edit each minute and a python instance
                 process killed twice: 0 failures beside the killed instance's, RSS and fds within 10%.
                 `benchmarks/soak.py --minutes 60` is the hour-long run.
+  9 [scale]     repositories of 100, 1,000 and 10,000 add_sub copies (--quick: 100, 1,000): ready
+                time, memory, and a new version served in poll mode; Triton on 100 for scale.
+                Goals at 10,000: ready <= 20 s, under 1 GB, a new version served <= 1 s.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import batching, frontend, instances, perf_tools, replicas, soak, startup, storage
+from benchmarks import batching, frontend, instances, perf_tools, replicas, scale, soak, startup, storage
 from benchmarks.context import Context
 from benchmarks.harness import Server, Windows, ensure_reference, log, start_tcli, start_triton
 from benchmarks.repos import copy_examples
@@ -54,7 +57,7 @@ from benchmarks.table import Row, machine, render, write_json
 # other work on these 2 cores moves throughput by more than 10% between windows, and a comparison
 # is a median over interleaved runs anyway; both load generators are given the same value
 STABILITY_PCT = 100
-SCENARIOS = ("frontend", "batching", "instances", "startup", "perf", "storage", "replicas", "soak")
+SCENARIOS = ("frontend", "batching", "instances", "startup", "perf", "storage", "replicas", "soak", "scale")
 # scenario 5: the server on core 0, each load generator on core 1 (see NOTES.md)
 SERVER_CPUS, CLIENT_CPUS = [0], [1]
 
@@ -115,6 +118,8 @@ def main() -> None:
             rows += replicas.rows(ctx)
         if "soak" in chosen:
             rows += soak.rows(ctx)
+        if "scale" in chosen:
+            rows += scale.rows(ctx)
     took = time.monotonic() - began
     mode = "--quick" if args.quick else "default"
     # the 1-minute load average before and after: other work on the machine moves every figure
