@@ -52,6 +52,7 @@ def complete_config(
     if added is not None and added.python_file is not None and not completed.runtime:
         completed.runtime = added.python_file.name
     if not completed.default_model_filename and completed.platform != backends.ENSEMBLE and added is None:
+        # Triton's backend-named default; a Python-based backend's model gets none, as from Triton
         completed.default_model_filename = backends.default_model_filename(
             completed.platform, completed.backend
         )
