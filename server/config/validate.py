@@ -144,15 +144,16 @@ def _check_platform_backend(config: ModelConfig, found: Findings, backend_direct
     try:  # where loading looks, in the same order and words (server/backends/locate.py)
         locate_backend(backend, config.runtime, backend_directory, m)
     except BackendNotFound as exc:
+        at = ("runtime",) if config.runtime else ("backend",) if config.backend else ("platform",)
         if backend in backends.KNOWN_BACKENDS and not config.runtime:
             found.warning(
                 exc.message,
                 f"'{backend}' is one of Triton's own backends: serve this model with Triton, or convert it "
                 "to ONNX, TorchScript or a python model",
-                ("backend",),
+                at,
             )
         else:
-            found.error(exc.message, exc.fix, ("runtime",) if config.runtime else ("backend",))
+            found.error(exc.message, exc.fix, at)
 
 
 def validate_completed(
