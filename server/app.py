@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from server.backends.locate import DEFAULT_BACKEND_DIRECTORY
 from server.frontends.tls import ServerTls, TlsSettings, load_tls
 from server.logs import LogSettings
 from server.protocol.restricted import Restriction
@@ -66,6 +67,7 @@ class ServerSettings:
     grpc_read_timeout: float = 30.0  # --grpc-read-timeout: a stalled preface or frame closes
     log_verbose: int = 0
     repoagent_directories: list[Path] = field(default_factory=list)  # --repoagent-directory
+    backend_directory: Path = DEFAULT_BACKEND_DIRECTORY  # --backend-directory: Python-based backends
     server_id: str = "triton"  # --id: the name server metadata answers
     exit_on_error: bool = False  # --exit-on-error (tritonserver's default is true; `tcli serve` passes it)
     auto_complete_config: bool = True  # False: --disable-auto-complete-config / --strict-model-config=true
@@ -146,6 +148,7 @@ class Server:
                 threads=settings.model_load_thread_count,
                 retries=settings.model_load_retry_count,
                 backend_config=settings.backend_config,
+                backend_directory=settings.backend_directory,
             ),
         )
         self.service = InferenceService(

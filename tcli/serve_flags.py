@@ -62,7 +62,6 @@ FLAGS: dict[str, Flag] = {
     "trace-rate": Flag(LATER),
     "trace-count": Flag(LATER),
     "trace-log-frequency": Flag(LATER),
-    "backend-directory": Flag(LATER),
     "cache-config": Flag(LATER),
     "cache-directory": Flag(LATER),
     "response-cache-byte-size": Flag(LATER),

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from server.backends.locate import DEFAULT_BACKEND_DIRECTORY
 from server.protocol.errors import ErrorCode, TritonError
 
 if TYPE_CHECKING:
@@ -72,6 +73,11 @@ class ModelContext:
     instance_failed: Callable[[str], None] | None = None
     # --backend-config settings for this model's backend (its own, over the ones given for every backend)
     backend_config: Mapping[str, str] = field(default_factory=dict)
+    # --backend-directory: where Python-based backends live (locate.py)
+    backend_directory: Path = DEFAULT_BACKEND_DIRECTORY
+    # set by registry.py when a Python-based backend serves the model: the backend's model.py, which
+    # stands in for a file of the model's own (Triton's runtime_modeldir)
+    runtime_file: Path | None = None
 
     @property
     def version_dir(self) -> Path:
@@ -79,6 +85,9 @@ class ModelContext:
 
     @property
     def model_file(self) -> Path:
+        """The file that serves this version: its default_model_filename, or a Python-based backend's file."""
+        if self.runtime_file is not None:
+            return self.runtime_file
         return self.version_dir / self.config.default_model_filename
 
 

@@ -58,7 +58,8 @@ _FILE_BACKENDS: tuple[tuple[str, str], ...] = (
 def default_model_filename(platform: str, backend: str) -> str:
     if platform in PLATFORMS:
         return PLATFORMS[platform].default_model_filename
-    return _BACKEND_FILES.get(backend, f"model.{backend}" if backend else "")
+    # a backend tcli does not know (added by the user) finds its own files: none is required
+    return _BACKEND_FILES.get(backend, "")
 
 
 def backend_from_files(file_names: set[str]) -> str | None:

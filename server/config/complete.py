@@ -3,18 +3,21 @@
 Order follows Triton: name from the folder, backend and platform, the default model file, the
 backend's own auto-complete from the model file (ONNX signature, python `auto_complete_config`),
 then the core defaults (version policy, instance groups, sequence idle time, pinned memory).
+A model a Python-based backend serves (server/backends/locate.py) gets `runtime: "model.py"` and no
+default model file, as Triton fills them, and is auto-completed by the backend's model.py.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from server.backends.locate import DEFAULT_BACKEND_DIRECTORY, BackendNotFound, LocatedBackend, locate_backend
 from server.config import backends
 from server.protocol.errors import ErrorCode, TritonError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from pathlib import Path
 
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
@@ -35,19 +38,27 @@ def complete_config(
     auto_complete: bool = True,
     gpu_count: int = 0,
     backend_config: Mapping[str, Mapping[str, str]] | None = None,
+    backend_directory: Path = DEFAULT_BACKEND_DIRECTORY,
 ) -> ModelConfig:
     """A completed copy of `config`; raises TritonError when Triton would refuse to load the model.
-    `backend_config` is --backend-config by backend ("" for every backend)."""
+    `backend_config` is --backend-config by backend ("" for every backend); `backend_directory` is
+    --backend-directory."""
     completed = type(config)()
     completed.CopyFrom(config)
     if not completed.name:
         completed.name = folder.name
     _complete_backend(completed, folder)
-    if not completed.default_model_filename and completed.platform != backends.ENSEMBLE:
+    added = _added_backend(completed, backend_directory)
+    if added is not None and added.python_file is not None and not completed.runtime:
+        completed.runtime = added.python_file.name
+    if not completed.default_model_filename and completed.platform != backends.ENSEMBLE and added is None:
+        # Triton's backend-named default; a Python-based backend's model gets none, as from Triton
         completed.default_model_filename = backends.default_model_filename(
             completed.platform, completed.backend
         )
-    if auto_complete:
+    if auto_complete and added is not None and added.python_file is not None:
+        _auto_complete_python(completed, added.python_file, python_based=True)
+    elif auto_complete:
         model_file = _latest_model_file(completed, folder)
         if model_file is not None and completed.backend == "onnxruntime":
             _auto_complete_onnx(completed, model_file, default_max_batch_size(backend_config, "onnxruntime"))
@@ -75,6 +86,18 @@ def _complete_backend(config: ModelConfig, folder: ModelFolder) -> None:
             )
         config.backend = backend
         config.platform = backends.BACKEND_PLATFORMS.get(backend, "")
+
+
+def _added_backend(config: ModelConfig, directory: Path) -> LocatedBackend | None:
+    """The backend a user added that serves the model (None: a built-in one, or none at all, which
+    validation reports)."""
+    if config.platform == backends.ENSEMBLE or not config.backend:
+        return None
+    try:
+        located = locate_backend(config.backend, config.runtime, directory, config.name)
+    except BackendNotFound:
+        return None
+    return None if located.built_in else located
 
 
 def _latest_model_file(config: ModelConfig, folder: ModelFolder) -> Path | None:
@@ -145,11 +168,11 @@ def _auto_complete_onnx(config: ModelConfig, model_file: Path, max_batch_size: i
                     io.data_type = _data_type_value(spec.data_type)
 
 
-def _auto_complete_python(config: ModelConfig, model_file: Path) -> None:
+def _auto_complete_python(config: ModelConfig, model_file: Path, *, python_based: bool = False) -> None:
     from server.backends.python.autocomplete import auto_complete_config
     from server.protocol.config_json import from_json_dict, to_json_dict
 
-    completed = auto_complete_config(model_file, to_json_dict(config))
+    completed = auto_complete_config(model_file, to_json_dict(config), python_based=python_based)
     config.CopyFrom(from_json_dict(completed))
 
 

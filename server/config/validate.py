@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from server.backends.locate import DEFAULT_BACKEND_DIRECTORY, BackendNotFound, locate_backend
 from server.config import backends
 from server.config.parse import SourceText
 from server.config.problems import Problem, Severity
@@ -60,8 +61,15 @@ def enum_name(message: object, field_name: str) -> str:
     return str(descriptor.enum_type.values_by_number[getattr(message, field_name)].name)
 
 
-def validate_raw(config: ModelConfig, folder: ModelFolder, found: Findings) -> None:
-    """Rules on the config as written, before completion fills in defaults."""
+def validate_raw(
+    config: ModelConfig,
+    folder: ModelFolder,
+    found: Findings,
+    *,
+    backend_directory: Path = DEFAULT_BACKEND_DIRECTORY,
+) -> None:
+    """Rules on the config as written, before completion fills in defaults (`backend_directory`:
+    --backend-directory, where Python-based backends are looked for)."""
     m = config.name or folder.name
     if config.name and config.name != folder.name:
         found.error(
@@ -70,7 +78,7 @@ def validate_raw(config: ModelConfig, folder: ModelFolder, found: Findings) -> N
             f'set name: "{folder.name}" or rename the folder to {config.name}',
             ("name",),
         )
-    _check_platform_backend(config, found)
+    _check_platform_backend(config, found, backend_directory)
     if config.max_batch_size < 0:
         found.error(
             f"'max_batch_size' must be non-negative value for {m}",
@@ -108,8 +116,8 @@ def validate_raw(config: ModelConfig, folder: ModelFolder, found: Findings) -> N
             )
 
 
-def _check_platform_backend(config: ModelConfig, found: Findings) -> None:
-    m = config.name
+def _check_platform_backend(config: ModelConfig, found: Findings, backend_directory: Path) -> None:
+    m = config.name or found.model
     platform, backend = config.platform, config.backend
     if platform and platform not in backends.PLATFORMS:
         found.error(
@@ -130,18 +138,22 @@ def _check_platform_backend(config: ModelConfig, found: Findings) -> None:
                 blocks_load=False,  # Triton loads it with the backend the config names
             )
             return
-    if backend and backend not in backends.KNOWN_BACKENDS:
-        found.error(
-            f"unable to find backend library for backend '{backend}' of model '{m}'",
-            f"use one of {', '.join(sorted(backends.SERVED_BACKENDS))}",
-            ("backend",),
-        )
-    elif backend and backend not in backends.SERVED_BACKENDS:
-        found.warning(
-            f"backend '{backend}' of model '{m}' is one of Triton's own; tcli serve cannot load it",
-            "serve this model with Triton, or convert it to ONNX, TorchScript or a python model",
-            ("backend",),
-        )
+    backend = backend or (backends.PLATFORMS[platform].backend if platform else "")
+    if not backend:
+        return
+    try:  # where loading looks, in the same order and words (server/backends/locate.py)
+        locate_backend(backend, config.runtime, backend_directory, m)
+    except BackendNotFound as exc:
+        at = ("runtime",) if config.runtime else ("backend",) if config.backend else ("platform",)
+        if backend in backends.KNOWN_BACKENDS and not config.runtime:
+            found.warning(
+                exc.message,
+                f"'{backend}' is one of Triton's own backends: serve this model with Triton, or convert it "
+                "to ONNX, TorchScript or a python model",
+                at,
+            )
+        else:
+            found.error(exc.message, exc.fix, at)
 
 
 def validate_completed(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from server.backends.base import ModelContext
 from server.backends.devices import visible_gpu_count
+from server.backends.locate import DEFAULT_BACKEND_DIRECTORY
 from server.config import backends
 from server.config.model_folder import ModelFolder, scan_model, select_versions
 from server.protocol.errors import ErrorCode, TritonError, internal, invalid_arg, not_found, unavailable
@@ -54,6 +55,7 @@ class LoadOptions:
     threads: int = 4  # --model-load-thread-count: models loaded side by side at start-up
     retries: int = 0  # --model-load-retry-count
     backend_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # --backend-config
+    backend_directory: Path = DEFAULT_BACKEND_DIRECTORY  # --backend-directory (Python-based backends)
 
 
 class ModelManager:
@@ -424,6 +426,7 @@ class ModelManager:
             gpu_count=self.gpu_count,
             config_override=config_override,
             backend_config=self.options.backend_config,
+            backend_directory=self.options.backend_directory,
         )
         blocking = [p for p in report.problems if p.severity == "error" and p.blocks_load]
         served = ServedModel(folder.name, folder.path, report.config, fingerprint=fingerprint, agents=agents)
@@ -505,6 +508,7 @@ class ModelManager:
             folder.repository,
             partial(_instance_failed, entry),
             {**settings.get("", {}), **settings.get(config.backend, {})},
+            self.options.backend_directory,
         )
         runner = ModelRunner(context, self.stats.get(config.name, version))
         try:

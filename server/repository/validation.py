@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from server.backends.locate import DEFAULT_BACKEND_DIRECTORY
 from server.config import backends
 from server.config.model_folder import ModelFolder, select_versions
 from server.config.parse import CONFIG_FILENAME, ConfigParseError, SourceText, new_config, read_config
@@ -27,8 +28,10 @@ def validate_repositories(
     auto_complete: bool = True,
     gpu_count: int = 0,
     on_model: Callable[[str], None] | None = None,
+    backend_directory: Path = DEFAULT_BACKEND_DIRECTORY,
 ) -> RepositoryReport:
-    """`on_model` is called with each model's name before it is checked (for progress displays)."""
+    """`on_model` is called with each model's name before it is checked (for progress displays);
+    `backend_directory` is --backend-directory."""
     report = RepositoryReport(list(repositories))
     folders: list[ModelFolder] = []
     for repository in repositories:
@@ -42,7 +45,9 @@ def validate_repositories(
     for folder in folders:
         if on_model:
             on_model(folder.name)
-        model = validate_model(folder, auto_complete=auto_complete, gpu_count=gpu_count)
+        model = validate_model(
+            folder, auto_complete=auto_complete, gpu_count=gpu_count, backend_directory=backend_directory
+        )
         if folder.name in seen:
             model.problems.append(
                 Problem(
@@ -66,18 +71,19 @@ def validate_model(
     gpu_count: int = 0,
     config_override: ModelConfig | None = None,
     backend_config: Mapping[str, Mapping[str, str]] | None = None,
+    backend_directory: Path = DEFAULT_BACKEND_DIRECTORY,
 ) -> ModelReport:
     """Check one model; `config_override` stands in for config.pbtxt (the load API's config);
-    `backend_config` is --backend-config by backend."""
+    `backend_config` is --backend-config by backend, `backend_directory` --backend-directory."""
     report = ModelReport(folder.name, folder.path, folder.versions)
     found = Findings(folder.name, None, report.problems)
     raw = config_override if config_override is not None else _read(folder, found)
     if raw is None:
         return report
     report.backend = raw.platform or raw.backend
-    validate_raw(raw, folder, found)
+    validate_raw(raw, folder, found, backend_directory=backend_directory)
     try:
-        config = _complete(raw, folder, auto_complete, gpu_count, backend_config)
+        config = _complete(raw, folder, auto_complete, gpu_count, backend_config, backend_directory)
     except TritonError as exc:
         found.error(
             exc.message, _completion_fix(exc.message), ("platform",) if "backend" in exc.message else ()
@@ -85,7 +91,7 @@ def validate_model(
         if auto_complete:
             # the model file could not complete the config: still check the config as written
             try:
-                written = _complete(raw, folder, False, gpu_count)
+                written = _complete(raw, folder, False, gpu_count, backend_directory=backend_directory)
             except TritonError:
                 return report
             validate_completed(written, folder, found, gpu_count=gpu_count)
@@ -133,12 +139,18 @@ def _complete(
     auto_complete: bool,
     gpu_count: int,
     backend_config: Mapping[str, Mapping[str, str]] | None = None,
+    backend_directory: Path = DEFAULT_BACKEND_DIRECTORY,
 ) -> ModelConfig:
     from server.config.complete import complete_config
 
     try:
         return complete_config(
-            raw, folder, auto_complete=auto_complete, gpu_count=gpu_count, backend_config=backend_config
+            raw,
+            folder,
+            auto_complete=auto_complete,
+            gpu_count=gpu_count,
+            backend_config=backend_config,
+            backend_directory=backend_directory,
         )
     except TritonError:
         raise

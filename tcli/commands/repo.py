@@ -72,6 +72,9 @@ def validate(
             "--disable-auto-complete-config", help="Check configs as written, as Triton does with this flag."
         ),
     ] = False,
+    backend_directory: Annotated[
+        Path, typer.Option(help="Folder of Python-based backends, as tcli serve --backend-directory.")
+    ] = Path("/opt/tritonserver/backends"),
 ) -> None:
     """Check every model as Triton would when loading it, plus what Triton finds only at run time.
 
@@ -94,9 +97,12 @@ def validate(
                     repos,
                     auto_complete=not disable_auto_complete_config,
                     on_model=lambda name: status.update(f"checking [bold]{name}[/]…"),
+                    backend_directory=backend_directory,
                 )
         else:
-            report = validate_repositories(repos, auto_complete=not disable_auto_complete_config)
+            report = validate_repositories(
+                repos, auto_complete=not disable_auto_complete_config, backend_directory=backend_directory
+            )
         report.repositories = [copy.label for copy in copies]
         report.problems[:0] = [
             Problem("error", copy.error, "check the path and the storage credentials", copy.label)

@@ -231,6 +231,9 @@ def serve(
         list[Path] | None,
         typer.Option(help="Folder of repository agents (NAME/agent.py); repeatable."),
     ] = None,
+    backend_directory: Annotated[
+        Path, typer.Option(help="Folder of Python-based backends: backend NAME is NAME/model.py.")
+    ] = Path("/opt/tritonserver/backends"),
     log_verbose: Annotated[int, typer.Option(help="Verbose logging level (0 = off).")] = 0,
     log_info: Bool = "true",
     log_warning: Bool = "true",
@@ -345,6 +348,7 @@ def serve(
         log_settings=log_settings,
         backend_config=_backend_config(backend_config or []),
         repoagent_directories=list(repoagent_directory or []),
+        backend_directory=backend_directory,
         http_restricted_api=http_restrictions,
         grpc_restricted_protocol=grpc_restrictions,
         # tritonserver's parser turns TLS on for --grpc-use-ssl-mutual whatever its value

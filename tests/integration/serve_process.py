@@ -44,9 +44,9 @@ def drive(protocol: str, url: str, count: int) -> None:
 class ServeProcess:
     """`tcli serve <flags>` (or `tritonserver <flags>`, `program="tritonserver"`) on 127.0.0.1 and
     free ports; the constructor returns once the server prints that it started (every start-up model
-    loaded)."""
+    loaded); `env` is added to the environment it starts with."""
 
-    def __init__(self, *flags: str, program: str = "tcli") -> None:
+    def __init__(self, *flags: str, program: str = "tcli", env: dict[str, str] | None = None) -> None:
         ports = ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
         command = [str(TCLI), "serve"] if program == "tcli" else [str(TCLI.parent / program)]
         self.process = subprocess.Popen(
@@ -54,7 +54,7 @@ class ServeProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, "COLUMNS": "200"},
+            env={**os.environ, "COLUMNS": "200", **(env or {})},
             start_new_session=True,
         )
         self.lines: list[str] = []

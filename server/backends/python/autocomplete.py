@@ -18,10 +18,13 @@ class _ModelProblem(Exception):
     """A failure already worded for the user (no exception type to prefix)."""
 
 
-def auto_complete_config(model_file: Path, config: dict[str, Any]) -> dict[str, Any]:
+def auto_complete_config(
+    model_file: Path, config: dict[str, Any], *, python_based: bool = False
+) -> dict[str, Any]:
     """Return `config` as the model's `auto_complete_config` completes it (unchanged in content when the
     class does not define one). `config` is Triton's JSON form of ModelConfig (snake_case keys); the
-    result has plain JSON types, dims as numbers, and always `name`, `max_batch_size`, `input`, `output`."""
+    result has plain JSON types, dims as numbers, and always `name`, `max_batch_size`, `input`, `output`.
+    `python_based`: `model_file` is a Python-based backend's (model_import.py)."""
     from server.backends.python.model_import import ensure_pb_utils, forget_module, import_model_file
     from server.backends.python.pb_utils import scope as pb_scope
 
@@ -36,7 +39,7 @@ def auto_complete_config(model_file: Path, config: dict[str, Any]) -> dict[str, 
     module = None
     try:
         with pb_scope.model_scope(scope):
-            module = import_model_file(model_file, model_name)
+            module = import_model_file(model_file, model_name, python_based=python_based)
             model_class = getattr(module, "TritonPythonModel", None)
             if model_class is None:
                 raise _ModelProblem(

@@ -147,6 +147,7 @@ class HostSpec:
     version_dir: str
     config_json: dict[str, Any]
     initialize_args: dict[str, str]  # TritonPythonModel.initialize(args), as Triton builds them
+    python_based: bool = False  # model_file is a Python-based backend's (locate.py), not the model's
 
     @classmethod
     def of(cls, context: ModelContext, instance: InstanceSpec) -> HostSpec:
@@ -163,7 +164,10 @@ class HostSpec:
             "model_version": version,
             "model_name": name,
         }
-        return cls(name, version, str(context.model_file), str(context.version_dir), config_json, args)
+        python_based = context.runtime_file is not None
+        return cls(
+            name, version, str(context.model_file), str(context.version_dir), config_json, args, python_based
+        )
 
 
 class PythonModel(RequestModel):
@@ -192,7 +196,10 @@ class PythonModel(RequestModel):
         self._source = read_source(model_file)
         try:
             self._module = model_import.import_model_file(
-                model_file, self.name, own_process=isinstance(context, HostSpec)
+                model_file,
+                self.name,
+                own_process=isinstance(context, HostSpec),
+                python_based=spec.python_based,
             )
         except Exception as exc:  # the model file's own error, reported on its version
             raise TritonError(ErrorCode.INTERNAL, f"model.py for '{self.name}': {_first_line(exc)}") from None

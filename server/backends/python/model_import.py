@@ -33,18 +33,23 @@ def ensure_pb_utils() -> ModuleType:
     return pb_utils
 
 
-def import_model_file(model_file: Path, model_name: str, *, own_process: bool = False) -> ModuleType:
+def import_model_file(
+    model_file: Path, model_name: str, *, own_process: bool = False, python_based: bool = False
+) -> ModuleType:
     """Execute `model_file` as a fresh module and return it. Exceptions from the model's code (SyntaxError,
     ImportError, anything it raises at import) propagate unchanged; nothing stays registered on failure.
 
     In an instance's own process (`own_process`) the module is also registered under its file's stem
     (`model`), as Triton's stub imports it: models that import themselves by that name (e.g.
     `unittest.main("model")`) find it. In the server's process many models share sys.modules, so
-    none gets that name there."""
+    none gets that name there.
+
+    A Python-based backend's file (`python_based`: <backend directory>/<backend>/model.py) has only its
+    own folder on sys.path, as Triton's stub sets it up for one."""
     ensure_pb_utils()
     model_file = model_file.resolve()
     version_dir = model_file.parent
-    model_dir = version_dir.parent
+    model_dir = version_dir if python_based else version_dir.parent
     package = f"_tcli_model_{re.sub(r'[^0-9A-Za-z_]', '_', model_name)}_{version_dir.name}_{next(_serial)}"
     module_name = f"{package}.{model_file.stem}"
 
@@ -58,7 +63,7 @@ def import_model_file(model_file: Path, model_name: str, *, own_process: bool = 
 
     with _import_lock:
         last_before = next(reversed(sys.modules))
-        added = [p for p in (str(version_dir), str(model_dir)) if p not in sys.path]
+        added = [p for p in dict.fromkeys((str(version_dir), str(model_dir))) if p not in sys.path]
         sys.path.extend(added)  # appended, as Triton does: installed packages win over same-named files
         sys.modules[package] = package_module
         sys.modules[module_name] = module
