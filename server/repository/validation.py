@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from server.config import backends
+from server.config.batch_io_rules import check_batch_io
 from server.config.model_folder import ModelFolder, select_versions
 from server.config.parse import CONFIG_FILENAME, ConfigParseError, SourceText, new_config, read_config
 from server.config.problems import ModelReport, Problem, RepositoryReport
@@ -89,6 +90,7 @@ def validate_model(
             except TritonError:
                 return report
             validate_completed(written, folder, found, gpu_count=gpu_count)
+            check_batch_io(written, found)
         return report
     report.config = config
     report.backend = config.platform or config.backend
@@ -106,6 +108,7 @@ def validate_model(
             ("max_batch_size",),
         )
     validate_completed(config, folder, found, gpu_count=gpu_count)
+    check_batch_io(config, found)
     _check_model_files(config, folder, found)
     return report
 

@@ -77,8 +77,10 @@ class BatchIO:
 
     @classmethod
     def of(cls, config: ModelConfig) -> BatchIO | None:
-        if not config.batch_input and not config.batch_output and not any(
-            i.allow_ragged_batch for i in config.input
+        if (
+            not config.batch_input
+            and not config.batch_output
+            and not any(i.allow_ragged_batch for i in config.input)
         ):
             return None
         return cls(config)
@@ -88,7 +90,7 @@ class BatchIO:
         made: dict[str, Array] = {}
         for spec in self.inputs:
             shapes = [_source_shape(request, spec.source) for request in requests]
-            tensor = _make(spec.kind, shapes).astype(spec.dtype)
+            tensor: Array = _make(spec.kind, shapes).astype(spec.dtype)
             for target in spec.targets:
                 made[target] = tensor
         return made

@@ -470,7 +470,9 @@ class ModelRunner:
     ) -> InferenceResponse:
         tensors = []
         asked = request.outputs
-        if asked and (len(asked) != len(outputs) or any(o.name != n for o, n in zip(asked, outputs))):
+        if asked and (
+            len(asked) != len(outputs) or any(o.name != n for o, n in zip(asked, outputs, strict=True))
+        ):
             # the batch computed what any of its requests asked for: this one gets its own, in its order
             outputs = {o.name: outputs[o.name] for o in asked if o.name in outputs}
         for name, array in outputs.items():

@@ -129,7 +129,9 @@ def test_ragged_inputs_may_differ_in_shape_and_merge_into_one_flat_tensor() -> N
 
     merged = merge_inputs([short, long], ragged)
     assert merged["R"].shape == (2 + 10,)
-    assert np.array_equal(merged["R"], np.concatenate([short.inputs[0].data.ravel(), long.inputs[0].data.ravel()]))
+    assert np.array_equal(
+        merged["R"], np.concatenate([short.inputs[0].data.ravel(), long.inputs[0].data.ravel()])
+    )
     assert merged["F"].shape == (3, 3)  # a fixed input still concatenates by rows
     assert merge_inputs([short], ragged)["R"].shape == (2,)  # one request is flattened too
 
