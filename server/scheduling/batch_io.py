@@ -57,7 +57,9 @@ class BatchIO:
     def __init__(self, config: ModelConfig) -> None:
         from server.config.validate import enum_name
 
-        self.ragged = frozenset(i.name for i in config.input if i.allow_ragged_batch)
+        # without a batch dimension there is no batch to be ragged in: inputs reach the model as sent
+        batched = config.max_batch_size > 0
+        self.ragged = frozenset(i.name for i in config.input if i.allow_ragged_batch and batched)
         self.inputs = [
             _BatchInput(
                 enum_name(b, "kind"),
@@ -68,7 +70,7 @@ class BatchIO:
             for b in config.batch_input
         ]
         dims = {o.name: tuple(o.dims) for o in config.output}
-        batch = (-1,) if config.max_batch_size > 0 else ()
+        batch = (-1,) if batched else ()
         self.outputs = {
             target: _BatchOutput(b.source_input[0] if b.source_input else "", batch + dims.get(target, (-1,)))
             for b in config.batch_output

@@ -100,3 +100,19 @@ def test_a_batch_input_the_onnx_model_lacks_is_named(tmp_path: Path) -> None:
     write_ragged_sum_onnx(folder / "1" / "model.onnx")
     errors = findings(tmp_path)
     assert any("unexpected batch input 'IDX' for model 'ragged'" in e for e in errors), errors
+
+
+def test_auto_complete_leaves_batch_input_targets_out_of_the_inputs(tmp_path: Path) -> None:
+    config = """
+    platform: "onnxruntime_onnx"
+    max_batch_size: 8
+    batch_input [
+      { kind: BATCH_ACCUMULATED_ELEMENT_COUNT target_name: "INDEX" data_type: TYPE_INT32 source_input: "INPUT" }
+    ]
+    """
+    folder = add_model(tmp_path, "ragged", config)
+    write_ragged_sum_onnx(folder / "1" / "model.onnx")
+    (model,) = validate_repositories([tmp_path]).models
+    assert [p.one_line() for p in model.problems if p.severity == "error"] == []
+    assert model.config is not None
+    assert [i.name for i in model.config.input] == ["INPUT"]
