@@ -43,13 +43,21 @@ def batch_key(
 
 def requested_outputs(requests: list[InferenceRequest], every: list[str]) -> list[str]:
     """The outputs a batch must compute: the union of what its requests ask for, in `every`'s order
-    (the config's); a request that names none asks for every output."""
+    (the config's); a request that names none asks for every output. Names outside `every` (a
+    sequence's implicit state outputs) follow, in the order first asked."""
     wanted: set[str] = set()
+    extra: list[str] = []
+    everything = False
     for request in requests:
         if not request.outputs:
-            return every
-        wanted.update(o.name for o in request.outputs)
-    return [name for name in every if name in wanted]
+            everything = True
+        for output in request.outputs:
+            if output.name not in wanted:
+                wanted.add(output.name)
+                if output.name not in every:
+                    extra.append(output.name)
+    chosen = every if everything else [name for name in every if name in wanted]
+    return chosen + extra if extra else chosen
 
 
 def merge_inputs(requests: list[InferenceRequest], ragged: frozenset[str] = frozenset()) -> dict[str, Array]:

@@ -142,6 +142,9 @@ def test_a_batch_computes_the_union_of_requested_outputs_in_config_order() -> No
     two = make_request(1, 1, [("A", "FP32", (1,))], ["OUT0"])
     assert requested_outputs([one, two], every) == ["OUT0", "OUT2"]
     assert requested_outputs([one, make_request(2, 1, [("A", "FP32", (1,))])], every) == every
+    # a sequence's implicit state output is no config output, and is computed too
+    state = make_request(3, 1, [("A", "FP32", (1,))], ["OUT1", "STATE"])
+    assert requested_outputs([one, state], every) == ["OUT1", "OUT2", "STATE"]
 
 
 def test_one_request_is_passed_through_without_a_copy() -> None:
