@@ -84,7 +84,9 @@ class TorchScriptModel(TensorModel):
             ) from None
         self._module.eval()
         arguments = [a.name for a in self._module.forward.schema.arguments[1:]]
-        self._inputs = input_order([i.name for i in context.config.input], arguments)
+        # batch inputs (config batch_input) are forward() arguments too, made by the server per batch
+        made = [t for b in context.config.batch_input for t in b.target_name]
+        self._inputs = input_order([i.name for i in context.config.input] + made, arguments)
         self._outputs = output_positions([o.name for o in context.config.output])
 
     def execute(

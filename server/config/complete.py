@@ -146,12 +146,15 @@ def _auto_complete_onnx(config: ModelConfig, model_file: Path, max_batch_size: i
             "max_batch_size is specified",
         )
     batched = config.max_batch_size > 0
+    made = {target for b in config.batch_input for target in b.target_name}  # the server feeds these
     for specs, ios in ((signature.inputs, config.input), (signature.outputs, config.output)):
         if ios:
             # as the onnxruntime backend: a config that lists tensors keeps its list (sequence models
             # leave their control and state tensors out on purpose)
             continue
         for spec in specs:
+            if spec.name in made:
+                continue
             io = ios.add()
             io.name = spec.name
             io.data_type = _data_type_value(spec.data_type)

@@ -58,8 +58,10 @@ def _check_onnx(config: ModelConfig, model_file: Path, found: Findings) -> None:
                 )
                 continue
             _compare_tensor(config, kind, tensor, spec, found, at)
-        provided = {t.name for t in tensors} | (_sequence_inputs(config) if kind == "input" else set())
+        provided = {t.name for t in tensors} | (_server_inputs(config) if kind == "input" else set())
         missing = [s.name for s in specs if s.name not in provided]
+        if kind == "input":
+            _check_batch_inputs(config, by_name, found)
         if kind == "input" and missing:
             found.error(
                 f"unable to load model '{m}', configuration expects {len(tensors)} inputs, model provides "
@@ -70,12 +72,26 @@ def _check_onnx(config: ModelConfig, model_file: Path, found: Findings) -> None:
             )
 
 
-def _sequence_inputs(config: ModelConfig) -> set[str]:
-    """Model inputs the sequence batcher fills: control tensors and implicit state."""
+def _server_inputs(config: ModelConfig) -> set[str]:
+    """Model inputs the server fills: the sequence batcher's control tensors and implicit state, and
+    batch inputs."""
+    made = {target for b in config.batch_input for target in b.target_name}
     if not config.HasField("sequence_batching"):
-        return set()
+        return made
     batching = config.sequence_batching
-    return {c.name for c in batching.control_input} | {s.input_name for s in batching.state}
+    return made | {c.name for c in batching.control_input} | {s.input_name for s in batching.state}
+
+
+def _check_batch_inputs(config: ModelConfig, by_name: dict[str, TensorSpec], found: Findings) -> None:
+    for batch_input in config.batch_input:
+        for target in batch_input.target_name:
+            if target not in by_name:
+                found.error(
+                    f"unexpected batch input '{target}' for model '{config.name}', the model has no input "
+                    f"of that name; its inputs are: {', '.join(by_name) or '(none)'}",
+                    "set target_name to the model input that takes the batch input",
+                    ("batch_input", f'"{target}"'),
+                )
 
 
 def _compare_tensor(
@@ -94,6 +110,10 @@ def _compare_tensor(
     dims = list(tensor.dims)  # type: ignore[attr-defined]
     batched = config.max_batch_size > 0
     full = ([-1] if batched else []) + shape
+    if kind == "input" and batched and tensor.allow_ragged_batch:  # type: ignore[attr-defined]
+        full = [-1]  # the backend hands a ragged input over as the 1-D concatenation of the batch
+    if kind == "output" and any(name in b.target_name for b in config.batch_output):
+        return  # a batch output's shape is the model's to choose: it is scattered by element counts
     model_shape = list(spec.shape)
     if len(full) != len(model_shape):
         found.error(

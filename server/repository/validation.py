@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from server.backends.locate import DEFAULT_BACKEND_DIRECTORY
 from server.config import backends
+from server.config.batch_io_rules import check_batch_io
 from server.config.model_folder import ModelFolder, select_versions
 from server.config.parse import CONFIG_FILENAME, ConfigParseError, SourceText, new_config, read_config
 from server.config.problems import ModelReport, Problem, RepositoryReport
@@ -95,6 +96,7 @@ def validate_model(
             except TritonError:
                 return report
             validate_completed(written, folder, found, gpu_count=gpu_count)
+            check_batch_io(written, found)
         return report
     report.config = config
     report.backend = config.platform or config.backend
@@ -112,6 +114,7 @@ def validate_model(
             ("max_batch_size",),
         )
     validate_completed(config, folder, found, gpu_count=gpu_count)
+    check_batch_io(config, found)
     _check_model_files(config, folder, found)
     return report
 

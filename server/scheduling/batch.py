@@ -20,39 +20,58 @@ if TYPE_CHECKING:
 Array = np.ndarray[Any, Any]
 
 
-def batch_key(request: InferenceRequest, batched: bool = True) -> tuple[Hashable, ...]:
-    """A key equal for exactly the requests that can be concatenated into one batch.
+def batch_key(
+    request: InferenceRequest, batched: bool = True, ragged: frozenset[str] = frozenset()
+) -> tuple[Hashable, ...]:
+    """A key equal for exactly the requests that can share one batch.
 
     Two requests may share a batch when they carry the same inputs (names), each input with the same
-    datatype and the same shape beyond the batch dimension (dim 0), and they ask for the same outputs
-    (the runner executes a batch for one list of outputs). For a non-batching model (`batched=False`)
-    there is no batch dimension, so the whole shape must agree.
+    datatype and the same shape beyond the batch dimension (dim 0). For a non-batching model
+    (`batched=False`) there is no batch dimension, so the whole shape must agree. An input named in
+    `ragged` (allow_ragged_batch) may differ in shape. Which outputs the requests ask for does not
+    matter, as in Triton: the batch computes the union and each response keeps its own.
     """
     skip = 1 if batched else 0
     inputs = request.inputs
-    if len(inputs) == 1:  # the common case: no sort, one small tuple
+    if len(inputs) == 1 and not ragged:  # the common case: no sort, one small tuple
         only = inputs[0]
-        shapes: tuple[Hashable, ...] = ((only.name, only.datatype, tuple(only.shape[skip:])),)
-    else:
-        shapes = tuple(sorted((t.name, t.datatype, tuple(t.shape[skip:])) for t in inputs))
-    outputs = request.outputs
-    if not outputs:
-        return (shapes, ())
-    if len(outputs) == 1:
-        return (shapes, (outputs[0].name,))
-    return (shapes, tuple(sorted(o.name for o in outputs)))
+        return ((only.name, only.datatype, tuple(only.shape[skip:])),)
+    return tuple(
+        sorted((t.name, t.datatype, None if t.name in ragged else tuple(t.shape[skip:])) for t in inputs)
+    )
 
 
-def merge_inputs(requests: list[InferenceRequest]) -> dict[str, Array]:
+def requested_outputs(requests: list[InferenceRequest], every: list[str]) -> list[str]:
+    """The outputs a batch must compute: the union of what its requests ask for, in `every`'s order
+    (the config's); a request that names none asks for every output. Names outside `every` (a
+    sequence's implicit state outputs) follow, in the order first asked."""
+    wanted: set[str] = set()
+    extra: list[str] = []
+    everything = False
+    for request in requests:
+        if not request.outputs:
+            everything = True
+        for output in request.outputs:
+            if output.name not in wanted:
+                wanted.add(output.name)
+                if output.name not in every:
+                    extra.append(output.name)
+    chosen = every if everything else [name for name in every if name in wanted]
+    return chosen + extra if extra else chosen
+
+
+def merge_inputs(requests: list[InferenceRequest], ragged: frozenset[str] = frozenset()) -> dict[str, Array]:
     """Concatenate every input of `requests` along axis 0, in request order.
 
     All requests must share one `batch_key`. BYTES inputs stay object arrays (np.concatenate keeps
-    dtype=object). A single request's arrays are returned as they are (no copy).
+    dtype=object). A single request's arrays are returned as they are (no copy). An input named in
+    `ragged` becomes one 1-D tensor of every request's elements, as Triton's onnxruntime and PyTorch
+    backends hand ragged inputs to the model.
     """
     if not requests:
         return {}
     first = requests[0]
-    if len(requests) == 1:
+    if len(requests) == 1 and not ragged:
         return {t.name: t.data for t in first.inputs}
     # the first request's input order names the batch; the others may list inputs in any order
     by_name: dict[str, list[Array]] = {t.name: [t.data] for t in first.inputs}
@@ -69,7 +88,9 @@ def merge_inputs(requests: list[InferenceRequest]) -> dict[str, Array]:
     for name, parts in by_name.items():
         if len(parts) != count:
             raise internal(f"cannot batch requests with different inputs: '{name}' is missing from some")
-        merged[name] = np.concatenate(parts, axis=0)
+        if name in ragged:
+            parts = [part.reshape(-1) for part in parts]
+        merged[name] = parts[0] if count == 1 else np.concatenate(parts, axis=0)
     return merged
 
 

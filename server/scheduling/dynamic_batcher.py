@@ -6,8 +6,9 @@ How a batch is formed, each time a worker asks (`next_batch`):
 - The queue is walked in order: priority level 1 first (1 is the highest), and within a level first the
   requests in arrival order, then the requests whose DELAY timeout expired. A batch may span levels.
 - Each request adds max(1, rows). The walk stops before the request that would exceed max_batch_size,
-  or before a request whose batch key (input shapes beyond dim 0, datatypes, requested outputs)
-  differs from the batch's first request; in both cases the batch is sent now. Requests are never
+  or before a request whose batch key (input names, datatypes, shapes beyond dim 0 except of
+  allow_ragged_batch inputs; never the requested outputs, as in Triton) differs from the batch's
+  first request; in both cases the batch is sent now. Requests are never
   split or reordered: whatever the walk stopped at waits for the next batch, in order.
 - When the pending rows equal a preferred_batch_size, that point is remembered; the largest one wins.
   When the next request would take the batch beyond the largest preferred size, the rows so far are
@@ -144,8 +145,8 @@ class DynamicBatcher(Scheduler):
     """Triton's dynamic batching scheduler for a model with max_batch_size > 0.
 
     `batched_key(request)` says which requests may share a batch (equal keys); None means
-    `batch_key(request, batched=True)`. Pass a function returning a constant to batch regardless of
-    shapes (e.g. every input allows ragged batching).
+    `batch_key(request, batched=True)`; a model with ragged inputs passes one that ignores their
+    shapes (`make_scheduler` in runner.py).
 
     `next_batch` may be called by any number of worker threads at once (one per model instance); each
     call blocks until it can return a batch (a non-empty list of WorkItems, in queue order, at most

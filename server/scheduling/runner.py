@@ -47,6 +47,8 @@ from server.config.validate import enum_name
 from server.protocol import datatypes
 from server.protocol.errors import TritonError
 from server.protocol.types import InferenceResponse, Tensor
+from server.scheduling.batch import batch_key, merge_inputs, requested_outputs, split_outputs
+from server.scheduling.batch_io import BatchIO
 from server.scheduling.dispatch import LoopDispatcher
 from server.scheduling.sequence import NullItem
 from server.scheduling.work import (
@@ -84,7 +86,15 @@ def make_scheduler(config: ModelConfig, model_dir: Path | None = None) -> Schedu
     if choice == "dynamic_batching" and config.max_batch_size > 0:
         from server.scheduling.dynamic_batcher import DynamicBatcher
 
-        return DynamicBatcher(config.dynamic_batching, config.max_batch_size)
+        ragged = frozenset(i.name for i in config.input if i.allow_ragged_batch)
+        if not ragged:
+            return DynamicBatcher(config.dynamic_batching, config.max_batch_size)
+        # requests that differ only in the shapes of ragged inputs share batches
+        return DynamicBatcher(
+            config.dynamic_batching,
+            config.max_batch_size,
+            lambda request: batch_key(request, True, ragged),
+        )
     return DefaultScheduler()
 
 
@@ -119,6 +129,8 @@ class ModelRunner:
             i.name: tuple(i.reshape.shape) for i in context.config.input if i.HasField("reshape")
         }
         self._output_reshape = {o.name: tuple(o.dims) for o in context.config.output if o.HasField("reshape")}
+        # ragged inputs, batch_input, batch_output: what a tensor model's batch needs besides merging
+        self._batch_io = BatchIO.of(context.config)
 
     # lifecycle -------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -252,25 +264,30 @@ class ModelRunner:
             item.started_ns, item.instance = start, index
         try:
             requests = [item.request for item in batch]
-            if len(batch) == 1:
+            io = self._batch_io
+            if len(batch) == 1 and io is None:
                 inputs = {t.name: t.data for t in requests[0].inputs}
+                names = [o.name for o in requests[0].outputs] or self._output_names
             else:
-                from server.scheduling.batch import merge_inputs
-
-                inputs = merge_inputs(requests)
+                inputs = merge_inputs(requests, io.ragged if io is not None else frozenset())
+                if io is not None:
+                    inputs.update(io.batch_inputs(requests))
+                # requests asking for different outputs share the batch: it computes them all
+                names = requested_outputs(requests, self._output_names)
             rows = sum(item.rows for item in batch)
             inputs = self._reshape_inputs(inputs, rows)
-            names = [o.name for o in requests[0].outputs] or self._output_names
             infer_start = time.monotonic_ns()
             outputs = model.execute(inputs, names)
             infer_end = time.monotonic_ns()
+            scattered = io.scatter(outputs, requests) if io is not None and io.outputs else None
             outputs = self._reshape_outputs(outputs, rows)
             if len(batch) == 1:
                 per_request = [outputs]
             else:
-                from server.scheduling.batch import split_outputs
-
                 per_request = split_outputs(outputs, [item.rows for item in batch])
+            if scattered is not None:
+                for part, extra in zip(per_request, scattered, strict=True):
+                    part.update(extra)
             responses = [
                 self._response(item.request, out) for item, out in zip(batch, per_request, strict=True)
             ]
@@ -434,8 +451,9 @@ class ModelRunner:
         if not self._input_reshape:
             return inputs
         out = dict(inputs)
+        ragged = self._batch_io.ragged if self._batch_io is not None else frozenset()
         for name, shape in self._input_reshape.items():
-            if name in out:
+            if name in out and name not in ragged:  # a ragged input stays the 1-D concatenation
                 out[name] = out[name].reshape(((rows,) if self.batched else ()) + shape)
         return out
 
@@ -451,6 +469,12 @@ class ModelRunner:
         self, request: InferenceRequest, outputs: dict[str, np.ndarray[Any, Any]]
     ) -> InferenceResponse:
         tensors = []
+        asked = request.outputs
+        if asked and (
+            len(asked) != len(outputs) or any(o.name != n for o, n in zip(asked, outputs, strict=True))
+        ):
+            # the batch computed what any of its requests asked for: this one gets its own, in its order
+            outputs = {o.name: outputs[o.name] for o in asked if o.name in outputs}
         for name, array in outputs.items():
             datatype = self._output_types.get(name) or datatypes.numpy_to_wire(array.dtype)
             if datatype != "BYTES" and datatype != "BF16":

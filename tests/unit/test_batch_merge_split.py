@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceRequest, RequestedOutput, Tensor
-from server.scheduling.batch import batch_key, merge_inputs, split_outputs
+from server.scheduling.batch import batch_key, merge_inputs, requested_outputs, split_outputs
 
 DTYPES = {"FP32": np.float32, "INT64": np.int64, "BOOL": np.bool_, "UINT8": np.uint8, "BYTES": np.object_}
 
@@ -103,21 +103,48 @@ def test_requests_share_a_batch_key_exactly_when_they_can_be_concatenated(
         assert merged.shape[0] == a[2] + b[2]
 
 
-def test_batch_key_separates_different_inputs_and_requested_outputs() -> None:
+def test_batch_key_separates_different_inputs_but_not_requested_outputs() -> None:
     base = make_request(0, 1, [("A", "FP32", (2,)), ("B", "INT64", (3,))], ["X"])
     reordered = make_request(1, 4, [("A", "FP32", (2,)), ("B", "INT64", (3,))], ["X"])
     reordered.inputs.reverse()
     assert batch_key(base, True) == batch_key(reordered, True)
 
     assert batch_key(base, True) != batch_key(make_request(2, 1, [("A", "FP32", (2,))], ["X"]), True)
-    assert batch_key(base, True) != batch_key(
-        make_request(3, 1, [("A", "FP32", (2,)), ("B", "INT64", (3,))], ["X", "Y"]), True
-    )
-    assert batch_key(base, True) != batch_key(
-        make_request(4, 1, [("A", "FP32", (2,)), ("B", "INT64", (3,))], []), True
-    )
+    # Triton batches requests that ask for different outputs (L0_batcher test_multi_different_outputs)
+    for outputs in (["X", "Y"], ["Y"], []):
+        other = make_request(3, 1, [("A", "FP32", (2,)), ("B", "INT64", (3,))], outputs)
+        assert batch_key(base, True) == batch_key(other, True)
     # without a batch dimension the whole shape must agree
     assert batch_key(base, False) != batch_key(reordered, False)
+
+
+def test_ragged_inputs_may_differ_in_shape_and_merge_into_one_flat_tensor() -> None:
+    short = make_request(0, 1, [("R", "FP32", (2,)), ("F", "INT64", (3,))])
+    long = make_request(1, 2, [("R", "FP32", (5,)), ("F", "INT64", (3,))])
+    ragged = frozenset({"R"})
+    assert batch_key(short, True) != batch_key(long, True)
+    assert batch_key(short, True, ragged) == batch_key(long, True, ragged)
+    other_fixed = make_request(2, 1, [("R", "FP32", (2,)), ("F", "INT64", (4,))])
+    assert batch_key(short, True, ragged) != batch_key(other_fixed, True, ragged)
+
+    merged = merge_inputs([short, long], ragged)
+    assert merged["R"].shape == (2 + 10,)
+    assert np.array_equal(
+        merged["R"], np.concatenate([short.inputs[0].data.ravel(), long.inputs[0].data.ravel()])
+    )
+    assert merged["F"].shape == (3, 3)  # a fixed input still concatenates by rows
+    assert merge_inputs([short], ragged)["R"].shape == (2,)  # one request is flattened too
+
+
+def test_a_batch_computes_the_union_of_requested_outputs_in_config_order() -> None:
+    every = ["OUT0", "OUT1", "OUT2"]
+    one = make_request(0, 1, [("A", "FP32", (1,))], ["OUT2"])
+    two = make_request(1, 1, [("A", "FP32", (1,))], ["OUT0"])
+    assert requested_outputs([one, two], every) == ["OUT0", "OUT2"]
+    assert requested_outputs([one, make_request(2, 1, [("A", "FP32", (1,))])], every) == every
+    # a sequence's implicit state output is no config output, and is computed too
+    state = make_request(3, 1, [("A", "FP32", (1,))], ["OUT1", "STATE"])
+    assert requested_outputs([one, state], every) == ["OUT1", "OUT2", "STATE"]
 
 
 def test_one_request_is_passed_through_without_a_copy() -> None:
