@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from server.repository.agents.chain import AgentChain
     from server.repository.poller import RepositoryPoller
+    from server.scheduling.rate_limiter import RateLimiter
 
 log = logging.getLogger("tcli.server")
 
@@ -54,6 +55,7 @@ class LoadOptions:
     threads: int = 4  # --model-load-thread-count: models loaded side by side at start-up
     retries: int = 0  # --model-load-retry-count
     backend_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # --backend-config
+    rate_limiter: RateLimiter | None = None  # --rate-limit=execution_count: one for every model
 
 
 class ModelManager:
@@ -496,7 +498,9 @@ class ModelManager:
             partial(_instance_failed, entry),
             {**settings.get("", {}), **settings.get(config.backend, {})},
         )
-        runner = ModelRunner(context, self.stats.get(config.name, version))
+        runner = ModelRunner(
+            context, self.stats.get(config.name, version), rate_limiter=self.options.rate_limiter
+        )
         try:
             runner.load()
         except TritonError as exc:
