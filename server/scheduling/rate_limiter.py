@@ -173,6 +173,16 @@ class RateLimiter:
         ]
         return max(counts, default=0)
 
+    def capacity(self, name: str, device: int = GLOBAL) -> int:
+        """How many of resource `name` exist on `device` (GLOBAL for a global resource)."""
+        with self._changed:
+            return self._available.get((device, name), 0)
+
+    def waiting(self) -> list[str]:
+        """The instances waiting for their resources, next first."""
+        with self._changed:
+            return [slot.name for _, _, slot in sorted(self._waiting, key=lambda entry: entry[:2])]
+
     # executions ----------------------------------------------------------------------------------------
     def acquire(self, slot: InstanceSlot) -> None:
         """Wait until `slot` holds its resources (its turn, and enough of each is free)."""
