@@ -501,7 +501,9 @@ def _check_instance_groups(config: ModelConfig, found: Findings, gpu_count: int)
 
 def _check_rate_limiters(config: ModelConfig, found: Findings) -> None:
     """instance_group rate_limiter resources (used with --rate-limit=execution_count): each named, and
-    a name either global or per device, never both (Triton refuses the load)."""
+    a name either global or per device, never both. Neither blocks a load here: with
+    --rate-limit=off Triton ignores rate limiters, and with execution_count the rate limiter refuses
+    the second at load (server/scheduling/rate_limiter.py)."""
     scope: dict[str, bool] = {}
     for group in config.instance_group:
         for resource in group.rate_limiter.resources:
@@ -511,6 +513,7 @@ def _check_rate_limiters(config: ModelConfig, found: Findings) -> None:
                     f"a rate_limiter resource of instance group {group.name} of model {config.name} has no name",
                     'name it: resources [ { name: "R1" count: 1 } ]',
                     at,
+                    blocks_load=False,
                 )
                 continue
             is_global = bool(getattr(resource, "global"))  # a Python keyword: no attribute syntax
@@ -520,6 +523,7 @@ def _check_rate_limiters(config: ModelConfig, found: Findings) -> None:
                     "the model configuration.",
                     f"give every '{resource.name}' resource the same global setting",
                     (*at, f'"{resource.name}"'),
+                    blocks_load=False,
                 )
 
 
