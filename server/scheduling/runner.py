@@ -146,6 +146,8 @@ class ModelRunner:
                     self._slots.append(
                         self._rate_limiter.register(spec.name, spec.device_id, group.rate_limiter)
                     )
+            if not any(slot.needs for slot in self._slots):  # nothing to wait for: the fast paths stay
+                self._unregister()
             self.scheduler.prepare(len(self._instances))
             for index, name in enumerate(self._instance_names):
                 samples = warmup_samples(self.config, self.context.model_dir, self.version)
@@ -156,7 +158,7 @@ class ModelRunner:
         self._busy = [threading.Lock() for _ in self._instances]
         scheduler = self.scheduler
         # batching and sequence schedulers need their queue; rate-limited executions wait on the workers
-        if isinstance(scheduler, DefaultScheduler) and self._rate_limiter is None:
+        if isinstance(scheduler, DefaultScheduler) and not self._slots:
             self._inline = [
                 (index, instance)
                 for index, instance in enumerate(self._instances)
@@ -186,12 +188,15 @@ class ModelRunner:
         out = [] if self._dispatcher is None else self._dispatcher.settle_before_unload(timeout)
         self._unload_instances(out)
 
-    def _unload_instances(self, out: list[int] | None = None) -> None:
-        """`out`: instances whose batch a stopped event loop will never complete (not waited for)."""
-        self._inline = []
+    def _unregister(self) -> None:
         for slot in self._slots:
             slot.limiter.unregister(slot)
         self._slots = []
+
+    def _unload_instances(self, out: list[int] | None = None) -> None:
+        """`out`: instances whose batch a stopped event loop will never complete (not waited for)."""
+        self._inline = []
+        self._unregister()
         for index, instance in enumerate(self._instances):
             # an inline execution on the event loop may still hold the instance: let it finish
             held = index < len(self._busy) and index not in (out or ())
