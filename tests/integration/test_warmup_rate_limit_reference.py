@@ -43,7 +43,7 @@ WARMUP = """
 model_warmup [ { name: "sample1" batch_size: 2 count: 3
   inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ 3 ] random_data: true } } } ]
 """
-LIMITED = 'instance_group [ { count: 2 kind: KIND_CPU rate_limiter { resources [ { name: "R" count: %d } ] priority: 2 } } ]\n'
+LIMITED = 'instance_group [ { count: %d kind: KIND_CPU rate_limiter { resources [ { name: "R" count: %d } ] priority: 2 } } ]\n'
 
 
 def _post(address: str, path: str) -> object:
@@ -60,9 +60,16 @@ def _get(address: str, path: str) -> object:
 def test_warmup_and_rate_limiter_match_real_triton(tmp_path: Path) -> None:
     binary = require_reference_triton()
     add_model(tmp_path, "cold", BASE + WARMUP, {"1/model.py": FAILING})
-    add_model(tmp_path, "greedy", BASE + LIMITED % 3, {"1/model.py": ECHO})
-    add_model(tmp_path, "warm", BASE + WARMUP + LIMITED % 2, {"1/model.py": ECHO})
-    flags = ["--exit-on-error=false", "--rate-limit=execution_count", "--rate-limit-resource=R:2"]
+    add_model(tmp_path, "greedy", BASE + LIMITED % (1, 3), {"1/model.py": ECHO})
+    add_model(tmp_path, "warm", BASE + WARMUP + LIMITED % (2, 2), {"1/model.py": ECHO})
+    # one model at a time: real Triton 2.51 sometimes crashes (SIGSEGV) removing the instances of a
+    # model its rate limiter refused while another model loads
+    flags = [
+        "--exit-on-error=false",
+        "--rate-limit=execution_count",
+        "--rate-limit-resource=R:2",
+        "--model-load-thread-count=1",
+    ]
     settings = ServerSettings(
         [tmp_path],
         host="127.0.0.1",
@@ -71,6 +78,7 @@ def test_warmup_and_rate_limiter_match_real_triton(tmp_path: Path) -> None:
         allow_metrics=False,
         rate_limit=True,
         rate_limit_resources=[ResourceLimit("R", 2)],
+        model_load_thread_count=1,
     )
     with RealTriton(binary, tmp_path, flags, require_ready=False) as triton, Server(settings) as tcli:
         answers = []
