@@ -25,6 +25,7 @@ from server.logs import LogSettings
 from server.protocol.restricted import Restriction
 from server.protocol.shm import SharedMemoryRegistry
 from server.repository.manager import ControlMode, LoadOptions, ModelManager
+from server.scheduling.rate_limiter import RateLimiter, ResourceLimit
 from server.service import InferenceService
 
 log = logging.getLogger("tcli.server")
@@ -82,6 +83,8 @@ class ServerSettings:
     allow_cpu_metrics: bool = True
     log_settings: LogSettings | None = None
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)  # --backend-config
+    rate_limit: bool = False  # --rate-limit=execution_count (True) or off
+    rate_limit_resources: list[ResourceLimit] = field(default_factory=list)  # --rate-limit-resource
     # --http-restricted-api, --grpc-restricted-protocol: group -> the header and value its calls must
     # carry (server/protocol/restricted.py parses the flags)
     http_restricted_api: dict[str, Restriction] = field(default_factory=dict)
@@ -149,6 +152,7 @@ class Server:
                 retries=settings.model_load_retry_count,
                 backend_config=settings.backend_config,
                 backend_directory=settings.backend_directory,
+                rate_limiter=RateLimiter(settings.rate_limit_resources) if settings.rate_limit else None,
             ),
         )
         self.service = InferenceService(

@@ -65,8 +65,6 @@ FLAGS: dict[str, Flag] = {
     "cache-config": Flag(LATER),
     "cache-directory": Flag(LATER),
     "response-cache-byte-size": Flag(LATER),
-    "rate-limit": Flag(LATER),
-    "rate-limit-resource": Flag(LATER),
     # memory and devices
     "pinned-memory-pool-byte-size": Flag(GPU),
     "cuda-memory-pool-byte-size": Flag(GPU),

@@ -43,19 +43,20 @@ class InstanceSpec:
     name: str  # Triton's instance names: <group name>_<index>
     kind: str  # KIND_CPU | KIND_GPU | KIND_MODEL
     device_id: int = 0
+    group: int = 0  # its instance_group's index in the config
 
 
 def instance_specs(config: ModelConfig) -> list[InstanceSpec]:
     """instance_group count x kind (x gpus) -> the instances to create, named <group>_<index>."""
     specs = []
-    for group in config.instance_group:
+    for position, group in enumerate(config.instance_group):
         kind = group.Kind.Name(group.kind)
         # a GPU group without gpus (none visible) still yields instances, so their load fails clearly
         devices = (list(group.gpus) or [0]) if kind == "KIND_GPU" else [0]
         index = 0
         for device in devices:
             for _ in range(max(group.count, 1)):
-                specs.append(InstanceSpec(f"{group.name}_{index}", kind, device))
+                specs.append(InstanceSpec(f"{group.name}_{index}", kind, device, position))
                 index += 1
     return specs
 

@@ -508,6 +508,35 @@ def _check_instance_groups(config: ModelConfig, found: Findings, gpu_count: int)
                     "fine for a GPU deployment; to run here, use kind: KIND_CPU",
                     (*at, "KIND_GPU"),
                 )
+    _check_rate_limiters(config, found)
+
+
+def _check_rate_limiters(config: ModelConfig, found: Findings) -> None:
+    """instance_group rate_limiter resources (used with --rate-limit=execution_count): each named, and
+    a name either global or per device, never both. Neither blocks a load here: with
+    --rate-limit=off Triton ignores rate limiters, and with execution_count the rate limiter refuses
+    the second at load (server/scheduling/rate_limiter.py)."""
+    scope: dict[str, bool] = {}
+    for group in config.instance_group:
+        for resource in group.rate_limiter.resources:
+            at = ("instance_group", "rate_limiter", "resources")
+            if not resource.name:
+                found.error(
+                    f"a rate_limiter resource of instance group {group.name} of model {config.name} has no name",
+                    'name it: resources [ { name: "R1" count: 1 } ]',
+                    at,
+                    blocks_load=False,
+                )
+                continue
+            is_global = bool(getattr(resource, "global"))  # a Python keyword: no attribute syntax
+            if scope.setdefault(resource.name, is_global) != is_global:
+                found.error(
+                    f'Resource "{resource.name}" is present as both global and device-specific resource in '
+                    "the model configuration.",
+                    f"give every '{resource.name}' resource the same global setting",
+                    (*at, f'"{resource.name}"'),
+                    blocks_load=False,
+                )
 
 
 def _check_warmup(config: ModelConfig, folder: ModelFolder, found: Findings) -> None:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from server.repository.agents.chain import AgentChain
     from server.repository.poller import RepositoryPoller
+    from server.scheduling.rate_limiter import RateLimiter
 
 log = logging.getLogger("tcli.server")
 
@@ -56,6 +57,7 @@ class LoadOptions:
     retries: int = 0  # --model-load-retry-count
     backend_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # --backend-config
     backend_directory: Path = DEFAULT_BACKEND_DIRECTORY  # --backend-directory (Python-based backends)
+    rate_limiter: RateLimiter | None = None  # --rate-limit=execution_count: one for every model
 
 
 class ModelManager:
@@ -510,7 +512,9 @@ class ModelManager:
             {**settings.get("", {}), **settings.get(config.backend, {})},
             self.options.backend_directory,
         )
-        runner = ModelRunner(context, self.stats.get(config.name, version))
+        runner = ModelRunner(
+            context, self.stats.get(config.name, version), rate_limiter=self.options.rate_limiter
+        )
         try:
             runner.load()
         except TritonError as exc:

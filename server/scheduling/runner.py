@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,6 +52,7 @@ from server.scheduling.batch import batch_key, merge_inputs, requested_outputs, 
 from server.scheduling.batch_io import BatchIO
 from server.scheduling.dispatch import LoopDispatcher
 from server.scheduling.sequence import NullItem
+from server.scheduling.warmup import warm_up, warmup_samples
 from server.scheduling.work import (
     Completion,
     DefaultScheduler,
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
     from server.protocol.types import InferenceRequest
+    from server.scheduling.rate_limiter import InstanceSlot, RateLimiter
     from server.stats import ModelStats
 
 
@@ -101,8 +104,17 @@ def make_scheduler(config: ModelConfig, model_dir: Path | None = None) -> Schedu
 class ModelRunner:
     """Executes requests for one model version on its instances."""
 
-    def __init__(self, context: ModelContext, stats: ModelStats, scheduler: Scheduler | None = None) -> None:
+    def __init__(
+        self,
+        context: ModelContext,
+        stats: ModelStats,
+        scheduler: Scheduler | None = None,
+        rate_limiter: RateLimiter | None = None,
+    ) -> None:
         self.context = context
+        # --rate-limit=execution_count: each execution holds its instance's resources (rate_limiter.py)
+        self._rate_limiter = rate_limiter
+        self._slots: list[InstanceSlot] = []
         self.config = context.config
         self.name = context.config.name
         self.version = str(context.version)
@@ -134,19 +146,31 @@ class ModelRunner:
 
     # lifecycle -------------------------------------------------------------------------------------
     def load(self) -> None:
-        """Create every instance (raising the first failure, after unloading what did load) and start
-        one worker thread per instance."""
+        """Create every instance, register it with the rate limiter and run the config's warmup samples
+        on it (raising the first failure, after unloading what did load), then start one worker thread
+        per instance."""
         try:
             for spec in instance_specs(self.config):
                 self._instances.append(load_instance(self.context, spec))
                 self._instance_names.append(spec.name)
+                if self._rate_limiter is not None:
+                    group = self.config.instance_group[spec.group]
+                    self._slots.append(
+                        self._rate_limiter.register(spec.name, spec.device_id, group.rate_limiter)
+                    )
+            if not any(slot.needs for slot in self._slots):  # nothing to wait for: the fast paths stay
+                self._unregister()
             self.scheduler.prepare(len(self._instances))
+            for index, name in enumerate(self._instance_names):
+                samples = warmup_samples(self.config, self.context.model_dir, self.version)
+                warm_up(self.name, name, samples, partial(self._execute, self._instances[index], index))
         except BaseException:
             self._unload_instances()
             raise
         self._busy = [threading.Lock() for _ in self._instances]
         scheduler = self.scheduler
-        if isinstance(scheduler, DefaultScheduler):  # batching and sequence schedulers need their queue
+        # batching and sequence schedulers need their queue; rate-limited executions wait on the workers
+        if isinstance(scheduler, DefaultScheduler) and not self._slots:
             self._inline = [
                 (index, instance)
                 for index, instance in enumerate(self._instances)
@@ -176,9 +200,15 @@ class ModelRunner:
         out = [] if self._dispatcher is None else self._dispatcher.settle_before_unload(timeout)
         self._unload_instances(out)
 
+    def _unregister(self) -> None:
+        for slot in self._slots:
+            slot.limiter.unregister(slot)
+        self._slots = []
+
     def _unload_instances(self, out: list[int] | None = None) -> None:
         """`out`: instances whose batch a stopped event loop will never complete (not waited for)."""
         self._inline = []
+        self._unregister()
         for index, instance in enumerate(self._instances):
             # an inline execution on the event loop may still hold the instance: let it finish
             held = index < len(self._busy) and index not in (out or ())
@@ -251,12 +281,19 @@ class ModelRunner:
             if dispatcher is not None and dispatcher.forward(batch):
                 continue  # the event loop runs it
             with busy:
-                if isinstance(instance, TensorModel):
-                    self._run_tensor_batch(instance, index, batch)
-                else:
-                    self._run_request_batch(instance, index, batch)
+                self._execute(instance, index, batch)
             if dispatcher is not None:
                 dispatcher.wake()
+
+    def _execute(self, instance: TensorModel | RequestModel, index: int, batch: list[WorkItem]) -> None:
+        """Run `batch` on instance `index` (the caller holds its busy lock), holding its rate limiter
+        resources while it executes."""
+        held = self._slots[index].held() if self._slots else contextlib.nullcontext()
+        with held:
+            if isinstance(instance, TensorModel):
+                self._run_tensor_batch(instance, index, batch)
+            else:
+                self._run_request_batch(instance, index, batch)
 
     def _run_tensor_batch(self, model: TensorModel, index: int, batch: list[WorkItem]) -> None:
         start = time.monotonic_ns()

@@ -227,6 +227,16 @@ def serve(
             help="<backend>,<setting>=<value> (repeatable), e.g. onnxruntime,default-max-batch-size=8."
         ),
     ] = None,
+    rate_limit: Annotated[
+        str,
+        typer.Option(
+            help="execution_count: instances execute only when their config's resources are free; off."
+        ),
+    ] = "off",
+    rate_limit_resource: Annotated[
+        list[str] | None,
+        typer.Option(help="<name>:<count>[:<device>] available to rate-limited instances (repeatable)."),
+    ] = None,
     repoagent_directory: Annotated[
         list[Path] | None,
         typer.Option(help="Folder of repository agents (NAME/agent.py); repeatable."),
@@ -256,6 +266,7 @@ def serve(
     from server.protocol.errors import TritonError
     from server.repository.manager import ControlMode
     from server.repository.storage.location import parse_location
+    from server.scheduling import rate_limiter
     from tcli import serve_flags
 
     try:
@@ -282,6 +293,11 @@ def serve(
         http_restrictions = restricted.parse_http_restricted_api(http_restricted_api or [])
         grpc_restrictions = restricted.parse_grpc_restricted_protocol(grpc_restricted_protocol or [])
     except restricted.RestrictionSpecError as exc:  # tritonserver exits 1 on these too
+        raise CliError(str(exc)) from None
+    try:
+        limited = rate_limiter.parse_rate_limit(rate_limit)
+        resources = [rate_limiter.parse_resource(value) for value in rate_limit_resource or []]
+    except rate_limiter.RateLimitFlagError as exc:
         raise CliError(str(exc)) from None
     log_settings = logs.LogSettings(
         log_file=log_file,
@@ -347,6 +363,8 @@ def serve(
         log_verbose=log_verbose,
         log_settings=log_settings,
         backend_config=_backend_config(backend_config or []),
+        rate_limit=limited,
+        rate_limit_resources=resources,
         repoagent_directories=list(repoagent_directory or []),
         backend_directory=backend_directory,
         http_restricted_api=http_restrictions,

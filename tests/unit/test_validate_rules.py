@@ -320,6 +320,17 @@ def test_sequence_batching_control_inputs(
             "instance group KIND_GPU requested for model add_sub but no GPU is visible",
             "warning",
         ),
+        (
+            "instance_group [ { kind: KIND_CPU rate_limiter { resources [ { count: 1 } ] } } ]",
+            "a rate_limiter resource of instance group add_sub_0 of model add_sub has no name",
+            "error",
+        ),
+        (
+            'instance_group [ { kind: KIND_CPU rate_limiter { resources [ { name: "R" global: true count: 1 } ] } },'
+            ' { kind: KIND_CPU rate_limiter { resources [ { name: "R" count: 1 } ] } } ]',
+            'Resource "R" is present as both global and device-specific resource in the model configuration.',
+            "error",
+        ),
     ],
 )
 def test_instance_group_rules(tmp_path: Path, group: str, expected: str, severity: str) -> None:
