@@ -21,12 +21,12 @@ from server.protocol import types as core
 from server.protocol.errors import ErrorCode, internal, unavailable
 from server.protocol.errors import TritonError as ServerError
 from tcli.inprocess._errors import from_server
+from tcli.inprocess._handles import ModelHandle
 from tcli.inprocess._response import InferenceResponse
 from tcli.inprocess._tensor import Tensor
 
 if TYPE_CHECKING:
     from server.service import InferenceService
-    from tcli.inprocess._model import Model
 
 log = logging.getLogger("tcli.inprocess")
 
@@ -34,7 +34,7 @@ Deliver = Callable[[InferenceResponse], None]
 
 
 class Flight:
-    def __init__(self, model: Model, request: core.InferenceRequest, deliver: Deliver) -> None:
+    def __init__(self, model: ModelHandle, request: core.InferenceRequest, deliver: Deliver) -> None:
         self.model = model
         self.request = request
         self.deliver = deliver

@@ -6,32 +6,30 @@ from __future__ import annotations
 
 import asyncio
 import queue
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from server.protocol import json_messages
 from server.protocol.config_json import to_json_dict
+from tcli.inprocess._connection import Connection
 from tcli.inprocess._errors import InvalidArgumentError
 from tcli.inprocess._flight import Flight, deliver_threadsafe
 from tcli.inprocess._request import InferenceRequest
 from tcli.inprocess._response import AsyncResponseIterator, InferenceResponse, ResponseIterator
 from tcli.inprocess._types import ModelBatchFlag, ModelTxnPropertyFlag
 
-if TYPE_CHECKING:
-    from tcli.inprocess._server import Server
-
 
 class Model:
     def __init__(
         self,
-        server: Server,
+        connection: Connection,
         name: str,
         version: int = -1,
         state: str | None = None,
         reason: str | None = None,
     ) -> None:
-        self._server = server
+        self._connection = connection
         self.name = name
         self.version = version  # -1: the highest ready version
         self.state = state
@@ -43,7 +41,7 @@ class Model:
     def versioned(self, version: str) -> Model:
         """This model at the version a response names (itself when that is already its version)."""
         number = int(version) if version.isdigit() else -1
-        return self if number == self.version else Model(self._server, self.name, number, self.state)
+        return self if number == self.version else Model(self._connection, self.name, number, self.state)
 
     @property
     def _version(self) -> str:
@@ -69,7 +67,7 @@ class Model:
             if user_queue is not None:
                 user_queue.put(response)
 
-        flight = self._server._submit(Flight(self, request.to_server(), deliver))
+        flight = self._connection.submit(Flight(self, request.to_server(), deliver))
         return ResponseIterator(flight, responses, raise_on_error)
 
     def async_infer(
@@ -95,29 +93,29 @@ class Model:
             if to_user is not None:
                 to_user(response)
 
-        flight = self._server._submit(Flight(self, request.to_server(), deliver))
+        flight = self._connection.submit(Flight(self, request.to_server(), deliver))
         return AsyncResponseIterator(flight, responses, raise_on_error)
 
     # about the model -------------------------------------------------------------------------------
     def ready(self) -> bool:
-        service = self._server._service()
-        return self._server._on_loop(lambda: service.model_ready(self.name, self._version).ready)
+        service = self._connection.service()
+        return self._connection.on_loop(lambda: service.model_ready(self.name, self._version).ready)
 
     def metadata(self) -> dict[str, Any]:
-        service = self._server._service()
-        message = self._server._on_loop(lambda: service.model_metadata(self.name, self._version))
+        service = self._connection.service()
+        message = self._connection.on_loop(lambda: service.model_metadata(self.name, self._version))
         return dict(orjson.loads(json_messages.encode(message)))
 
     def config(self, config_version: int = 1) -> dict[str, Any]:
         """The model's configuration as REST's config endpoint answers it (`config_version` is
         accepted for tritonserver's signature; there is one version)."""
-        service = self._server._service()
-        message = self._server._on_loop(lambda: service.model_config(self.name, self._version))
+        service = self._connection.service()
+        message = self._connection.on_loop(lambda: service.model_config(self.name, self._version))
         return to_json_dict(message.config)
 
     def statistics(self) -> dict[str, Any]:
-        service = self._server._service()
-        message = self._server._on_loop(lambda: service.statistics(self.name, self._version))
+        service = self._connection.service()
+        message = self._connection.on_loop(lambda: service.statistics(self.name, self._version))
         return dict(orjson.loads(json_messages.encode(message)))
 
     def batch_properties(self) -> ModelBatchFlag:

@@ -12,22 +12,20 @@ from __future__ import annotations
 import asyncio
 import queue
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from server.protocol import types as core
 from tcli.inprocess._errors import InvalidArgumentError, UnsupportedError
+from tcli.inprocess._handles import ModelHandle
 from tcli.inprocess._tensor import as_input
 from tcli.inprocess._types import DLDeviceType, MemoryType, RequestFlag
-
-if TYPE_CHECKING:
-    from tcli.inprocess._model import Model
 
 _HOST = (None, "cpu", MemoryType.CPU, MemoryType.CPU_PINNED, DLDeviceType.kDLCPU)
 
 
 @dataclass
 class InferenceRequest:
-    model: Model
+    model: ModelHandle
     request_id: str | None = None
     flags: int = 0  # RequestFlag: 1 starts a sequence, 2 ends it
     correlation_id: int | str | None = None  # the sequence's id

@@ -13,19 +13,16 @@ from __future__ import annotations
 import asyncio
 import queue
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tcli.inprocess._errors import TritonError
+from tcli.inprocess._handles import Cancellable, ModelHandle
 from tcli.inprocess._tensor import Tensor
-
-if TYPE_CHECKING:
-    from tcli.inprocess._flight import Flight
-    from tcli.inprocess._model import Model
 
 
 @dataclass
 class InferenceResponse:
-    model: Model
+    model: ModelHandle
     request_id: str | None = None
     parameters: dict[str, str | int | bool] = field(default_factory=dict)
     outputs: dict[str, Tensor] = field(default_factory=dict)
@@ -38,7 +35,7 @@ class ResponseIterator:
     """The responses to one request, blocking until each arrives."""
 
     def __init__(
-        self, flight: Flight, responses: queue.SimpleQueue[InferenceResponse], raise_on_error: bool
+        self, flight: Cancellable, responses: queue.SimpleQueue[InferenceResponse], raise_on_error: bool
     ) -> None:
         self._flight = flight
         self._responses = responses
@@ -64,7 +61,7 @@ class AsyncResponseIterator:
     """The responses to one request, awaited on the caller's event loop."""
 
     def __init__(
-        self, flight: Flight, responses: asyncio.Queue[InferenceResponse], raise_on_error: bool
+        self, flight: Cancellable, responses: asyncio.Queue[InferenceResponse], raise_on_error: bool
     ) -> None:
         self._flight = flight
         self._responses = responses

@@ -12,35 +12,29 @@ server:` does both.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import orjson
 
 from server.app import Server as AppServer
 from server.protocol import json_messages
 from server.protocol.errors import TritonError as ServerError
+from tcli.inprocess._connection import Connection
 from tcli.inprocess._errors import InternalError, InvalidArgumentError, UnavailableError, from_server
 from tcli.inprocess._flight import stopped
 from tcli.inprocess._model import Model
 from tcli.inprocess._options import Options
 
-if TYPE_CHECKING:
-    from server.service import InferenceService
-    from tcli.inprocess._flight import Flight
-
-T = TypeVar("T")
 _UNLOADED_STATES = (None, "UNAVAILABLE")
 
 
 class ModelDictionary(dict[tuple[str, int], Model]):
     """`server.models()`: (name, version) -> Model; a name alone gives the model at version -1."""
 
-    def __init__(self, server: Server, models: list[Model]) -> None:
+    def __init__(self, connection: Connection, models: list[Model]) -> None:
         super().__init__({(model.name, model.version): model for model in models})
-        self._server = server
+        self._connection = connection
         self._names = {model.name for model in models}
 
     def __getitem__(self, key: Any) -> Model:
@@ -50,23 +44,22 @@ class ModelDictionary(dict[tuple[str, int], Model]):
             except KeyError:
                 raise KeyError(f"Unknown Model: {key}") from None
         if key in self._names:
-            return Model(self._server, key, -1)
+            return Model(self._connection, key, -1)
         raise KeyError(f"Unknown Model: {key}")
 
 
 class Server:
+    """`Server(model_repository=..., ...)` or `Server(Options(...))`: see Options for the settings."""
+
     def __init__(self, options: Options | None = None, **kwargs: Any) -> None:
         self.options = options if options is not None else Options(**kwargs)
-        self._app: AppServer | None = None
-        self._loop_thread = 0
-        self._flights: set[Flight] = set()
-        self._lock = threading.Lock()
+        self._connection = Connection()
 
     # life ------------------------------------------------------------------------------------------
     def start(
         self, wait_until_ready: bool = False, polling_interval: float = 0.1, timeout: float | None = None
     ) -> Server:
-        if self._app is not None:
+        if self._connection.app is not None:
             raise InvalidArgumentError("Server already started")
         settings = self.options.to_settings()
         app = AppServer(settings)
@@ -75,8 +68,7 @@ class Server:
         except ServerError as error:  # nothing listens yet; what loaded is unloaded
             app.manager.shutdown(settings.exit_timeout_secs)
             raise from_server(error) from None
-        self._app = app
-        self._loop_thread = self._on_loop(threading.get_ident)
+        self._connection.attach(app)
         failures = app.manager.startup_failures()
         if failures and settings.exit_on_error:
             self.stop()
@@ -89,73 +81,74 @@ class Server:
         return self
 
     def stop(self) -> None:
-        app = self._started()
-        exit_timeout = app.settings.exit_timeout_secs
-        self._run(app.drain(exit_timeout))  # refuses new requests from here on
-        with self._lock:
-            left = list(self._flights)
-        for flight in left:
-            flight.cancel(stopped())
+        connection = self._connection
+        app = connection.started()
+        connection.run(app.drain(app.settings.exit_timeout_secs))  # refuses new requests from here on
+        connection.end_flights(stopped())
         app.stop()
-        self._app = None
+        connection.detach()
 
     def __enter__(self) -> Server:
-        return self.start() if self._app is None else self
+        return self.start() if self._connection.app is None else self
 
     def __exit__(self, *exc: object) -> None:
-        if self._app is not None:
+        if self._connection.app is not None:
             self.stop()
 
     # front ends (only those the options asked for) ------------------------------------------------
     @property
     def http_port(self) -> int | None:
-        return self._started().http_port
+        return self._connection.started().http_port
 
     @property
     def grpc_port(self) -> int | None:
-        return self._started().grpc_port
+        return self._connection.started().grpc_port
 
     @property
     def metrics_port(self) -> int | None:
-        return self._started().metrics_port
+        return self._connection.started().metrics_port
 
     # health and metadata ---------------------------------------------------------------------------
     def live(self) -> bool:
-        service = self._service()
-        return self._on_loop(service.live)
+        service = self._connection.service()
+        return self._connection.on_loop(service.live)
 
     def ready(self) -> bool:
-        service = self._service()
-        return self._on_loop(service.ready)
+        service = self._connection.service()
+        return self._connection.on_loop(service.ready)
 
     def metadata(self) -> dict[str, Any]:
-        service = self._service()
-        return dict(orjson.loads(json_messages.encode(self._on_loop(service.server_metadata))))
+        service = self._connection.service()
+        return dict(orjson.loads(json_messages.encode(self._connection.on_loop(service.server_metadata))))
 
     def metrics(self, metric_format: Any = None) -> str:
         """Prometheus' text format, as /metrics answers (the only format)."""
         from server.backends.python.pb_utils.metric_registry import METRICS
         from server.frontends.metrics import metrics_text
 
-        app = self._started()
+        app = self._connection.started()
         text = metrics_text(app.manager, cpu_metrics=app.settings.allow_cpu_metrics, custom=METRICS.collect)
         return text.decode()
 
     # models ----------------------------------------------------------------------------------------
     def model(self, model_name: str, model_version: int = -1) -> Model:
-        self._started()
-        return Model(self, model_name, model_version)
+        self._connection.started()
+        return Model(self._connection, model_name, model_version)
 
     def models(self, exclude_not_ready: bool = False) -> ModelDictionary:
-        service = self._service()
-        index = self._on_loop(lambda: service.repository_index(exclude_not_ready))
+        service = self._connection.service()
+        index = self._connection.on_loop(lambda: service.repository_index(exclude_not_ready))
         rows = [
             Model(
-                self, row.name, int(row.version) if row.version else -1, row.state or None, row.reason or None
+                self._connection,
+                row.name,
+                int(row.version) if row.version else -1,
+                row.state or None,
+                row.reason or None,
             )
             for row in index.models
         ]
-        return ModelDictionary(self, rows)
+        return ModelDictionary(self._connection, rows)
 
     def load(self, model_name: str, parameters: dict[str, str | int | bool | bytes] | None = None) -> Model:
         """Load (or reload) a model, EXPLICIT mode only. `parameters`: "config" (a JSON config to use
@@ -172,8 +165,8 @@ class Server:
                 raise InvalidArgumentError(
                     f"load parameter '{key}': expected 'config' (a JSON string) or 'file:<path>' (bytes)"
                 )
-        service = self._service()
-        self._run(service.load(model_name, config, files or None))
+        service = self._connection.service()
+        self._connection.run(service.load(model_name, config, files or None))
         return self.model(model_name)
 
     def unload(
@@ -185,8 +178,8 @@ class Server:
         timeout: float | None = None,
     ) -> None:
         name = model.name if isinstance(model, Model) else model
-        service = self._service()
-        self._run(service.unload(name, unload_dependents))
+        service = self._connection.service()
+        self._connection.run(service.unload(name, unload_dependents))
         # tcli's unload returns once the model is unloaded; the wait is kept for tritonserver's signature
         deadline = None if timeout is None else time.monotonic() + timeout
         while wait_until_unloaded and not self._unloaded(name):
@@ -196,59 +189,10 @@ class Server:
 
     def poll_model_repository(self) -> None:
         """Reload changed models, load new ones, unload removed ones now (POLL mode only)."""
-        app = self._started()
+        app = self._connection.started()
         if app.settings.model_control_mode != "poll":
             raise UnavailableError("poll_model_repository needs model_control_mode=ModelControlMode.POLL")
-        self._run(asyncio.to_thread(app.manager.poll_once))
+        self._connection.run(asyncio.to_thread(app.manager.poll_once))
 
     def _unloaded(self, name: str) -> bool:
         return all(m.state in _UNLOADED_STATES for (n, _), m in self.models().items() if n == name)
-
-    # plumbing --------------------------------------------------------------------------------------
-    def _started(self) -> AppServer:
-        if self._app is None:
-            raise InvalidArgumentError("Server not started: call start() first, or use `with Server(...)`")
-        return self._app
-
-    def _service(self) -> InferenceService:
-        return self._started().service
-
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        loop = self._started().loop
-        assert loop is not None  # a started server has its loop
-        if threading.get_ident() == self._loop_thread:
-            raise UnavailableError(
-                "the in-process API was called on the server's own event loop, which would wait on "
-                "itself: call it from another thread (a python model: use BLS, pb_utils.InferenceRequest)"
-            )
-        return loop
-
-    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run a coroutine on the server's loop and wait for it; server errors as the API's."""
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop())
-        try:
-            return future.result()
-        except ServerError as error:
-            raise from_server(error) from None
-
-    def _on_loop(self, call: Callable[[], T]) -> T:
-        async def run() -> T:
-            return call()
-
-        return self._run(run())
-
-    def _submit(self, flight: Flight) -> Flight:
-        """Start a request on the server's loop, tracked until it finishes (stop() ends the rest)."""
-        app = self._started()
-        loop = self._loop()
-        decoupled = app.service.is_decoupled(flight.request.model_name, flight.request.model_version)
-        with self._lock:
-            self._flights.add(flight)
-        flight.start(app.service, loop, decoupled)
-        assert flight.future is not None
-        flight.future.add_done_callback(lambda _: self._forget(flight))
-        return flight
-
-    def _forget(self, flight: Flight) -> None:
-        with self._lock:
-            self._flights.discard(flight)

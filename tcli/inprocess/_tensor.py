@@ -88,7 +88,8 @@ class Tensor:
 
     def to_string_array(self) -> np.ndarray[Any, Any]:
         """A BYTES tensor as a numpy array of str (each element decoded as UTF-8)."""
-        return self.to_bytes_array().astype(str)
+        raw = self.to_bytes_array()
+        return np.array([item.decode() for item in raw.reshape(-1)], dtype=str).reshape(raw.shape)
 
     def to_host(self) -> Tensor:
         return self
