@@ -60,13 +60,13 @@ class InferenceRequest:
                 )
             parameters[key] = value
         sequence = self.correlation_id if self.correlation_id is not None else self.sequence_id
-        if sequence is not None:
-            parameters["sequence_id"] = sequence
         flags = RequestFlag(self.flags)
-        if self.sequence_start or RequestFlag.SEQUENCE_START in flags:
-            parameters["sequence_start"] = True
-        if self.sequence_end or RequestFlag.SEQUENCE_END in flags:
-            parameters["sequence_end"] = True
+        start = self.sequence_start or RequestFlag.SEQUENCE_START in flags
+        end = self.sequence_end or RequestFlag.SEQUENCE_END in flags
+        if sequence is not None:  # both flags spelled out, as tritonclient sends them
+            parameters.update(sequence_id=sequence, sequence_start=start, sequence_end=end)
+        else:  # the model decides: a sequence model refuses a request without an id, others ignore them
+            parameters.update({k: True for k, on in (("sequence_start", start), ("sequence_end", end)) if on})
         if self.priority:
             parameters["priority"] = int(self.priority)
         if self.timeout:

@@ -22,6 +22,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 import tcli.inprocess as tritonserver
+from server.protocol.json_codec import decode_request
+from tcli.inprocess._connection import Connection
 from tests.integration.conftest import REPO, link_repository
 from tests.integration.serve_process import ServeProcess
 
@@ -304,6 +306,65 @@ def test_errors_are_tritonserver_classes_with_the_wire_messages(
         embedded.model("add_sub").infer(inputs={"INPUT0": {}})
     with pytest.raises(tritonserver.UnavailableError, match="POLL"):
         embedded.poll_model_repository()
+
+
+def test_a_sequence_error_as_over_http(
+    embedded: tritonserver.Server, http: httpclient.InferenceServerClient
+) -> None:
+    # the sequence batcher's own check: a new sequence must start with the START flag (the two
+    # servers are separate processes, so the same id is new to each)
+    inputs = {"INPUT": np.ones((1, 1), np.int32)}
+    with pytest.raises(tritonserver.InvalidArgumentError) as caught:
+        in_process(embedded, "simple_sequence", inputs, correlation_id=9001)
+    assert str(caught.value) == http_error(
+        lambda: over_http(http, "simple_sequence", inputs, sequence_id=9001)
+    )
+
+
+def test_a_request_reads_as_the_same_request_over_http() -> None:
+    """What the server receives: tritonclient's HTTP body decoded by the server's JSON codec, against
+    the in-process request with the same id, inputs, controls and parameters."""
+    data = np.arange(4, dtype=np.float32)
+    tensor = httpclient.InferInput("INPUT0", [4], "FP32")
+    tensor.set_data_from_numpy(data)
+    body, json_size = httpclient.InferenceServerClient.generate_request_body(
+        [tensor],
+        request_id="r7",
+        sequence_id=5,
+        sequence_start=True,
+        priority=2,
+        timeout=1000,
+        parameters={"k": "v"},
+    )
+    wire, _ = decode_request(body, "add_sub", header_length=json_size)
+    ours = tritonserver.InferenceRequest(
+        model=tritonserver.Model(Connection(), "add_sub"),
+        request_id="r7",
+        correlation_id=5,
+        flags=tritonserver.RequestFlag.SEQUENCE_START,
+        priority=2,
+        timeout=1000,
+        inputs={"INPUT0": data},
+        parameters={"k": "v"},
+    ).to_server()
+    assert (ours.model_name, ours.model_version, ours.id) == (wire.model_name, wire.model_version, wire.id)
+    assert ours.parameters == wire.parameters
+    assert [(t.name, t.datatype, t.shape) for t in ours.inputs] == [
+        (t.name, t.datatype, t.shape) for t in wire.inputs
+    ]
+    np.testing.assert_array_equal(ours.inputs[0].data, wire.inputs[0].data)
+    assert not ours.inputs[0].data.flags.writeable  # a model cannot write into the caller's array
+
+
+def test_options_mistakes_name_the_fix() -> None:
+    with pytest.raises(tritonserver.InvalidArgumentError, match="Model repository must be specified"):
+        tritonserver.Server().start()
+    with pytest.raises(
+        tritonserver.InvalidArgumentError, match="'no_such_flag' is not a setting of tcli serve"
+    ):
+        tritonserver.Server(model_repository="x", server_settings={"no_such_flag": 1}).start()
+    with pytest.raises(tritonserver.InvalidArgumentError, match="Server not started"):
+        tritonserver.Server(model_repository="x").models()
 
 
 def test_cancel_ends_a_stream_with_a_cancelled_error(embedded: tritonserver.Server) -> None:
