@@ -256,6 +256,7 @@ def test_metadata_config_and_statistics_as_over_http(
     stats = model.statistics()
     assert stats.keys() == http.get_inference_statistics("simple").keys()
     assert stats["model_stats"][0]["inference_count"] == before + 3
+    assert 'nv_inference_count{model="simple",version="1"}' in embedded.metrics()  # as /metrics says it
     assert ("add_sub", 1) in embedded.models(exclude_not_ready=True)
     assert embedded.models()["densenet_onnx"].version == -1  # in the repository, not loaded
 
