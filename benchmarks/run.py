@@ -33,6 +33,8 @@ Scenarios (--only names in brackets; benchmarks/NOTES.md says what each measures
   9 [scale]     repositories of 100, 1,000 and 10,000 add_sub copies (--quick: 100, 1,000): ready
                 time, memory, and a new version served in poll mode; Triton on 100 for scale.
                 Goals at 10,000: ready <= 20 s, under 1 GB, a new version served <= 1 s.
+  10 [inprocess] one add_sub inference in-process (tcli.inprocess) against the same over HTTP to
+                tcli serve, same run, one request at a time: µs each and the ratio, info.
 """
 
 from __future__ import annotations
@@ -47,7 +49,18 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import batching, frontend, instances, perf_tools, replicas, scale, soak, startup, storage
+from benchmarks import (
+    batching,
+    frontend,
+    inprocess,
+    instances,
+    perf_tools,
+    replicas,
+    scale,
+    soak,
+    startup,
+    storage,
+)
 from benchmarks.context import Context
 from benchmarks.harness import Server, Windows, ensure_reference, log, start_tcli, start_triton
 from benchmarks.repos import copy_examples
@@ -57,7 +70,18 @@ from benchmarks.table import Row, machine, render, write_json
 # other work on these 2 cores moves throughput by more than 10% between windows, and a comparison
 # is a median over interleaved runs anyway; both load generators are given the same value
 STABILITY_PCT = 100
-SCENARIOS = ("frontend", "batching", "instances", "startup", "perf", "storage", "replicas", "soak", "scale")
+SCENARIOS = (
+    "frontend",
+    "batching",
+    "instances",
+    "startup",
+    "perf",
+    "storage",
+    "replicas",
+    "soak",
+    "scale",
+    "inprocess",
+)
 # scenario 5: the server on core 0, each load generator on core 1 (see NOTES.md)
 SERVER_CPUS, CLIENT_CPUS = [0], [1]
 
@@ -120,16 +144,25 @@ def main() -> None:
             rows += soak.rows(ctx)
         if "scale" in chosen:
             rows += scale.rows(ctx)
+        if "inprocess" in chosen:
+            rows += inprocess.rows(ctx)
     took = time.monotonic() - began
     mode = "--quick" if args.quick else "default"
     # the 1-minute load average before and after: other work on the machine moves every figure
     load = f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
     title = f"tcli benchmark ({mode}, {took / 60:.1f} min), {machine()}, {load}"
-    rows.sort(key=lambda row: row.scenario.split(" ", 1)[0])
+    rows.sort(key=_scenario_order)
     render(rows, title)
     if args.json:
         write_json(args.json, rows, {"title": title, "mode": mode, "seconds": round(took, 1)})
     log(f"done in {took:.0f} s")
+
+
+def _scenario_order(row: Row) -> tuple[int, str]:
+    """ "10 ..." after "9b ...": the scenario's number, then its letter."""
+    tag = row.scenario.split(" ", 1)[0]
+    digits = "".join(c for c in tag if c.isdigit())
+    return int(digits or 0), tag
 
 
 def _python_scenarios(ctx: Context, chosen: set[str], perf_setup: str) -> list[Row]:

@@ -44,7 +44,10 @@ def _s3(workdir: Path) -> Iterator[tuple[str, Path]]:
     recording = workdir / "s3-requests.jsonl"
     env = {**os.environ, "MOTO_ENABLE_RECORDING": "true", "MOTO_RECORDER_FILEPATH": str(recording)}
     process = subprocess.Popen(
-        [moto, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+        [moto, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
     )
     try:
         deadline = time.monotonic() + 30
@@ -62,7 +65,11 @@ def _upload(endpoint: str, repo: Path) -> int:
     import boto3
 
     client: Any = boto3.client(
-        "s3", endpoint_url=endpoint, aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET, region_name="us-east-1"
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=KEY_ID,
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
     )
     client.create_bucket(Bucket=BUCKET)
     count = 0
@@ -91,7 +98,9 @@ def _requests(recording: Path, since: int) -> tuple[int, int]:
 
 @contextlib.contextmanager
 def _credentials() -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
+    saved = {
+        k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+    }
     os.environ.update(AWS_ACCESS_KEY_ID=KEY_ID, AWS_SECRET_ACCESS_KEY=SECRET, AWS_DEFAULT_REGION="us-east-1")
     os.environ.pop("TRITON_AWS_MOUNT_DIRECTORY", None)
     try:

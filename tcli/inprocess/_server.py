@@ -1,0 +1,198 @@
+"""The in-process server, as `tritonserver.Server`: tcli's server (`server.app.Server`, the composition
+`tcli serve` runs) on an event loop thread of its own, with no front end unless the options ask for
+one. Every call goes to the core service (`server/service.py`) on that loop, as the front ends' calls
+do, so requests meet the same schedulers, instances and checks.
+
+`start()` loads the models (as `tcli serve` does before it listens) and raises InternalError when one
+failed and `exit_on_error` is set; `stop()` stops accepting requests, waits up to `exit_timeout` for
+those in flight, ends the rest with UnavailableError and unloads every model. `with Server(...) as
+server:` does both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import orjson
+
+from server.app import Server as AppServer
+from server.protocol import json_messages
+from server.protocol.errors import TritonError as ServerError
+from tcli.inprocess._connection import Connection
+from tcli.inprocess._errors import InternalError, InvalidArgumentError, UnavailableError, from_server
+from tcli.inprocess._flight import stopped
+from tcli.inprocess._model import Model
+from tcli.inprocess._options import Options
+
+_UNLOADED_STATES = (None, "UNAVAILABLE")
+
+
+class ModelDictionary(dict[tuple[str, int], Model]):
+    """`server.models()`: (name, version) -> Model; a name alone gives the model at version -1."""
+
+    def __init__(self, connection: Connection, models: list[Model]) -> None:
+        super().__init__({(model.name, model.version): model for model in models})
+        self._connection = connection
+        self._names = {model.name for model in models}
+
+    def __getitem__(self, key: Any) -> Model:
+        if isinstance(key, tuple):
+            try:
+                return dict.__getitem__(self, key)
+            except KeyError:
+                raise KeyError(f"Unknown Model: {key}") from None
+        if key in self._names:
+            return Model(self._connection, key, -1)
+        raise KeyError(f"Unknown Model: {key}")
+
+
+class Server:
+    """`Server(model_repository=..., ...)` or `Server(Options(...))`: see Options for the settings."""
+
+    def __init__(self, options: Options | None = None, **kwargs: Any) -> None:
+        self.options = options if options is not None else Options(**kwargs)
+        self._connection = Connection()
+
+    # life ------------------------------------------------------------------------------------------
+    def start(
+        self, wait_until_ready: bool = False, polling_interval: float = 0.1, timeout: float | None = None
+    ) -> Server:
+        if self._connection.app is not None:
+            raise InvalidArgumentError("Server already started")
+        settings = self.options.to_settings()
+        app = AppServer(settings)
+        try:
+            app.start()
+        except ServerError as error:  # nothing listens yet; what loaded is unloaded
+            app.manager.shutdown(settings.exit_timeout_secs)
+            raise from_server(error) from None
+        self._connection.attach(app)
+        failures = app.manager.startup_failures()
+        if failures and settings.exit_on_error:
+            self.stop()
+            raise InternalError("failed to load all models: " + "; ".join(failures))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while wait_until_ready and not self.ready():
+            if deadline is not None and time.monotonic() >= deadline:
+                raise UnavailableError("Timeout before ready")
+            time.sleep(polling_interval)  # tritonserver's polling, bounded by `timeout`
+        return self
+
+    def stop(self) -> None:
+        connection = self._connection
+        app = connection.started()
+        connection.run(app.drain(app.settings.exit_timeout_secs))  # refuses new requests from here on
+        connection.end_flights(stopped())
+        app.stop()
+        connection.detach()
+
+    def __enter__(self) -> Server:
+        return self.start() if self._connection.app is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._connection.app is not None:
+            self.stop()
+
+    # front ends (only those the options asked for) ------------------------------------------------
+    @property
+    def http_port(self) -> int | None:
+        return self._connection.started().http_port
+
+    @property
+    def grpc_port(self) -> int | None:
+        return self._connection.started().grpc_port
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self._connection.started().metrics_port
+
+    # health and metadata ---------------------------------------------------------------------------
+    def live(self) -> bool:
+        service = self._connection.service()
+        return self._connection.on_loop(service.live)
+
+    def ready(self) -> bool:
+        service = self._connection.service()
+        return self._connection.on_loop(service.ready)
+
+    def metadata(self) -> dict[str, Any]:
+        service = self._connection.service()
+        return dict(orjson.loads(json_messages.encode(self._connection.on_loop(service.server_metadata))))
+
+    def metrics(self, metric_format: Any = None) -> str:
+        """Prometheus' text format, as /metrics answers (the only format)."""
+        from server.backends.python.pb_utils.metric_registry import METRICS
+        from server.frontends.metrics import metrics_text
+
+        app = self._connection.started()
+        text = metrics_text(app.manager, cpu_metrics=app.settings.allow_cpu_metrics, custom=METRICS.collect)
+        return text.decode()
+
+    # models ----------------------------------------------------------------------------------------
+    def model(self, model_name: str, model_version: int = -1) -> Model:
+        self._connection.started()
+        return Model(self._connection, model_name, model_version)
+
+    def models(self, exclude_not_ready: bool = False) -> ModelDictionary:
+        service = self._connection.service()
+        index = self._connection.on_loop(lambda: service.repository_index(exclude_not_ready))
+        rows = [
+            Model(
+                self._connection,
+                row.name,
+                int(row.version) if row.version else -1,
+                row.state or None,
+                row.reason or None,
+            )
+            for row in index.models
+        ]
+        return ModelDictionary(self._connection, rows)
+
+    def load(self, model_name: str, parameters: dict[str, str | int | bool | bytes] | None = None) -> Model:
+        """Load (or reload) a model, EXPLICIT mode only. `parameters`: "config" (a JSON config to use
+        instead of the repository's) and "file:<path>" (the bytes of a file of the model), as a load
+        request over HTTP or gRPC carries them."""
+        config: str | None = None
+        files: dict[str, bytes] = {}
+        for key, value in (parameters or {}).items():
+            if key == "config" and isinstance(value, str):
+                config = value
+            elif key.startswith("file:") and isinstance(value, bytes):
+                files[key] = value
+            else:
+                raise InvalidArgumentError(
+                    f"load parameter '{key}': expected 'config' (a JSON string) or 'file:<path>' (bytes)"
+                )
+        service = self._connection.service()
+        self._connection.run(service.load(model_name, config, files or None))
+        return self.model(model_name)
+
+    def unload(
+        self,
+        model: str | Model,
+        unload_dependents: bool = False,
+        wait_until_unloaded: bool = False,
+        polling_interval: float = 0.1,
+        timeout: float | None = None,
+    ) -> None:
+        name = model.name if isinstance(model, Model) else model
+        service = self._connection.service()
+        self._connection.run(service.unload(name, unload_dependents))
+        # tcli's unload returns once the model is unloaded; the wait is kept for tritonserver's signature
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while wait_until_unloaded and not self._unloaded(name):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            time.sleep(polling_interval)
+
+    def poll_model_repository(self) -> None:
+        """Reload changed models, load new ones, unload removed ones now (POLL mode only)."""
+        app = self._connection.started()
+        if app.settings.model_control_mode != "poll":
+            raise UnavailableError("poll_model_repository needs model_control_mode=ModelControlMode.POLL")
+        self._connection.run(asyncio.to_thread(app.manager.poll_once))
+
+    def _unloaded(self, name: str) -> bool:
+        return all(m.state in _UNLOADED_STATES for (n, _), m in self.models().items() if n == name)
