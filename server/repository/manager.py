@@ -84,6 +84,7 @@ class ModelManager:
         self._poller: RepositoryPoller | None = None
         self._origins: dict[str, Repository] = {}  # the repository each model was last loaded from
         self._request_files: dict[str, RequestFiles] = {}  # models loaded from their load request's files
+        self._starting = False  # load_startup is running: one heap trim at its end, not one per model
 
     # discovery -------------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -225,8 +226,15 @@ class ModelManager:
             names = list(load_models or [])
         else:
             names = list(self.folders())
-        with ThreadPoolExecutor(max_workers=max(1, self.options.threads), thread_name_prefix="load") as pool:
-            list(pool.map(self._load_at_startup, names))
+        self._starting = True
+        try:
+            with ThreadPoolExecutor(
+                max_workers=max(1, self.options.threads), thread_name_prefix="load"
+            ) as pool:
+                list(pool.map(self._load_at_startup, names))
+        finally:
+            self._starting = False
+            release_freed_memory()
 
     def _load_at_startup(self, name: str) -> None:
         with self._model_lock(name):
@@ -301,7 +309,8 @@ class ModelManager:
                     versions={v: VersionEntry(v, ModelState.LOADING) for v in folder.versions},
                 )
         new = self._build(repository, folder, config_override)
-        release_freed_memory()  # what loading freed: reading the model files, failed instances
+        if not self._starting:  # start-up trims once at its end: a trim walks the whole heap
+            release_freed_memory()  # what loading freed: reading the model files, failed instances
         failed = not new.ready_versions()
         with self._lock:
             if failed and old is not None and old.ready_versions():

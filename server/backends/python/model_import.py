@@ -9,13 +9,15 @@ afterwards, so model B's `import helper` never finds model A's helper.py.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import itertools
 import re
 import sys
 import threading
+from collections import OrderedDict
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, ModuleType
 
 _PB_UTILS = "triton_python_backend_utils"
 _serial = itertools.count(1)
@@ -70,7 +72,10 @@ def import_model_file(
         if own_process:
             sys.modules[model_file.stem] = module
         try:
-            spec.loader.exec_module(module)
+            if model_file.suffix == ".py":
+                exec(_compiled(model_file), module.__dict__)  # what exec_module does, less the compile
+            else:
+                spec.loader.exec_module(module)
         except BaseException:
             forget_module(module)
             if own_process:
@@ -87,6 +92,32 @@ def import_model_file(
                     n for n in new_names if n == package or n.startswith(package + ".")
                 ]
     return module
+
+
+# compiled model files by their source's digest, newest last: a model's file is imported twice (its
+# config's auto-completion, then each instance) and large repositories hold many copies of one file
+_compiled_sources: OrderedDict[bytes, CodeType] = OrderedDict()
+_COMPILED_KEPT = 256
+
+
+def _compiled(model_file: Path) -> CodeType:
+    """The module code of `model_file`, compiled once per distinct source text."""
+    source = model_file.read_bytes()
+    key = hashlib.blake2b(source, digest_size=16).digest()
+    code = _compiled_sources.get(key)
+    if code is None:
+        code = compile(source, str(model_file), "exec", dont_inherit=True)
+    _compiled_sources[key] = code
+    _compiled_sources.move_to_end(key)
+    while len(_compiled_sources) > _COMPILED_KEPT:
+        _compiled_sources.popitem(last=False)
+    return code if code.co_filename == str(model_file) else _renamed(code, str(model_file))
+
+
+def _renamed(code: CodeType, filename: str) -> CodeType:
+    """`code` as compiled from `filename` (tracebacks name this copy's file), nested code included."""
+    constants = tuple(_renamed(c, filename) if isinstance(c, CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=constants)
 
 
 # the names each model package entered into sys.modules while its file was imported
