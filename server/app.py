@@ -96,6 +96,8 @@ class ServerSettings:
     http_server_cert: str = ""
     http_server_key: str = ""
     http_root_cert: str = ""
+    # --cache-config local,size=<bytes> / --response-cache-byte-size: the response cache; 0: none
+    response_cache_byte_size: int = 0
 
     def grpc_tls(self) -> TlsSettings | None:
         """The gRPC front end's TLS settings; None: plain text."""
@@ -148,6 +150,10 @@ class Server:
                 backend_config=settings.backend_config,
             ),
         )
+        if settings.response_cache_byte_size > 0:
+            from server.scheduling.response_cache import ResponseCache
+
+            self.manager.response_cache = ResponseCache(settings.response_cache_byte_size)
         self.service = InferenceService(
             self.manager,
             strict_readiness=settings.strict_readiness,

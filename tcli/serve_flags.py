@@ -63,9 +63,7 @@ FLAGS: dict[str, Flag] = {
     "trace-count": Flag(LATER),
     "trace-log-frequency": Flag(LATER),
     "backend-directory": Flag(LATER),
-    "cache-config": Flag(LATER),
-    "cache-directory": Flag(LATER),
-    "response-cache-byte-size": Flag(LATER),
+    "cache-directory": Flag("tcli's local response cache is built in, not a library; no effect"),
     "rate-limit": Flag(LATER),
     "rate-limit-resource": Flag(LATER),
     # memory and devices
