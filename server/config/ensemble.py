@@ -76,9 +76,8 @@ def check_ensemble(
             _check_batch_size(ensemble, composing, found, at)
             if ensemble.response_cache.enable and composing.model_transaction_policy.decoupled:
                 # an ensemble with a decoupled step is decoupled itself: Triton refuses its cache
-                found.error(
-                    response_cache_refusal(e, True, False) or "", "remove response_cache { enable: true }"
-                )
+                fix = "remove response_cache { enable: true }"
+                found.error(response_cache_refusal(e, True, False) or "", fix, ("response_cache",))
         inputs = {t.name: t for t in composing.input} if composing else {}
         outputs = {t.name: t for t in composing.output} if composing else {}
         for model_input, tensor_name in step.input_map.items():

@@ -4,12 +4,14 @@ entries after a reload, and the flags that configure it (with Triton's words for
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from server.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from server.repository.validation import validate_repositories
 from server.scheduling.cache_config import CacheConfigError, parse_cache_flags
 from server.scheduling.response_cache import (
     ENTRY_OVERHEAD,
@@ -18,6 +20,12 @@ from server.scheduling.response_cache import (
     request_key,
 )
 from server.stats import ModelStats
+
+PYTHON_IO = """
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+MODEL = "class TritonPythonModel:\n    def execute(self, requests):\n        return None\n"
 
 
 class Loaded:
@@ -211,3 +219,36 @@ def test_flag_mistakes_are_one_line_with_the_fix(
         parse_cache_flags(cache_config, byte_size)
     assert message in str(error.value)
     assert "\n" not in str(error.value)
+
+
+# ------------------------------------------------------------------------------------------ repo validate
+def test_repo_validate_refuses_what_triton_refuses_with_its_reason(tmp_path: Path) -> None:
+    cache = "response_cache { enable: true }\n"
+    configs = {
+        "dec": 'backend: "python"\n' + PYTHON_IO + "model_transaction_policy { decoupled: true }\n" + cache,
+        "seq": 'backend: "python"\nmax_batch_size: 4\n' + PYTHON_IO + "sequence_batching { }\n" + cache,
+        "plain_dec": 'backend: "python"\n' + PYTHON_IO + "model_transaction_policy { decoupled: true }\n",
+        "ens": 'platform: "ensemble"\n'
+        + PYTHON_IO.replace("IN", "X").replace("OUT", "Y")
+        + 'ensemble_scheduling { step [ { model_name: "plain_dec" model_version: -1 '
+        + 'input_map { key: "IN" value: "X" } output_map { key: "OUT" value: "Y" } } ] }\n'
+        + cache,
+        "fine": 'backend: "python"\n' + PYTHON_IO + cache,
+    }
+    for name, config in configs.items():
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "config.pbtxt").write_text(config)
+        if name != "ens":
+            (tmp_path / name / "1" / "model.py").write_text(MODEL)
+    report = validate_repositories([tmp_path])
+    errors = {m.name: [p for p in m.problems if p.severity == "error"] for m in report.models}
+    assert not errors["fine"] and not errors["plain_dec"]
+    for name in ("dec", "ens"):
+        (problem,) = errors[name]
+        assert problem.message == (
+            f"Response Cache does not currently support model {name} with 'decoupled' transaction policy. "
+            "Please disable the response cache."
+        )
+        assert problem.line == configs[name].splitlines().index(cache.strip()) + 1
+    (problem,) = errors["seq"]
+    assert "with sequence batching scheduler. Please disable the response cache." in problem.message
