@@ -88,13 +88,9 @@ def request_key(request: InferenceRequest, model_name: str, version: int) -> byt
         if key not in _SCHEDULING_PARAMETERS
     )
     outputs = sorted(output.name for output in request.outputs)
-    header = (
-        model_name,
-        version,
-        [(t.name, t.datatype, tuple(t.shape)) for t in inputs],
-        parameters,
-        outputs,
-    )
+    # shapes as plain ints: a front end may give numpy integers, and HTTP and gRPC must share entries
+    shapes = [(t.name, t.datatype, tuple(int(d) for d in t.shape)) for t in inputs]
+    header = (model_name, version, shapes, parameters, outputs)
     digest.update(repr(header).encode())
     for tensor in inputs:
         data, size = binary_buffer(tensor)

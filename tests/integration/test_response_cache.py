@@ -227,6 +227,9 @@ def test_grpc_statistics_and_stream_use_the_cache(server: Server) -> None:
     finally:
         client.stop_stream()
     assert counts[0] == counts[1]
+    assert _infer(server, data)[1] == counts[0]  # the same request over HTTP: the same entry
+    unary = client.infer("counter", [tensor], model_version="1")
+    assert int(unary.as_numpy("COUNT")[0, 0]) == counts[0]
     stats = client.get_inference_statistics("counter", "1", as_json=True)["model_stats"][0]["inference_stats"]
     http_stats = _stats(server)["inference_stats"]
     assert int(stats["cache_hit"]["count"]) == http_stats["cache_hit"]["count"] > 0
