@@ -52,7 +52,7 @@ from server.scheduling.work import ResponseStream
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-    from server.repository.models import ServedModel
+    from server.repository.models import ServedModel, VersionEntry
     from server.scheduling.runner import ModelRunner
 
 SERVER_NAME = "triton"  # what Triton clients expect to find; tcli's own version is in `tcli --version`
@@ -215,12 +215,7 @@ class InferenceService:
         cache = self.manager.response_cache
         if entry.ensemble is not None and rules is not None:
             rules.check(request)
-            ensemble = entry.ensemble
-            run = partial(ensemble.infer, request, self.infer, str(entry.version))
-            if cache is not None and _caches(config):
-                response = await cache.serve(request, entry.version, entry, ensemble.stats, run)
-            else:
-                response = await run()
+            response = await self._run_ensemble(config, entry, request)
             return self._finish(model, request, response)
         if config is None or rules is None or runner is None:
             raise not_found(f"Request for unknown model: '{request.model_name}' has no available versions")
@@ -236,6 +231,17 @@ class InferenceService:
         else:
             result = await self._execute(runner, request)
         return self._finish(model, request, result)
+
+    async def _run_ensemble(
+        self, config: ModelConfig | None, entry: VersionEntry, request: InferenceRequest
+    ) -> InferenceResponse:
+        """An ensemble's top-level response: stored in the response cache when its config asks."""
+        assert entry.ensemble is not None
+        run = partial(entry.ensemble.infer, request, self.infer, str(entry.version))
+        cache = self.manager.response_cache
+        if cache is not None and _caches(config):
+            return await cache.serve(request, entry.version, entry, entry.ensemble.stats, run)
+        return await run()
 
     async def _execute(self, runner: ModelRunner, request: InferenceRequest) -> InferenceResponse:
         """The model's one response to a checked request, from its runner."""
@@ -273,7 +279,7 @@ class InferenceService:
         if entry.ensemble is not None and rules is not None:
             rules.check(request)
             try:
-                response = await entry.ensemble.infer(request, self.infer, str(entry.version))
+                response = await self._run_ensemble(config, entry, request)
             except TritonError as error:
                 yield StreamResponse(None, error, True)
                 return
