@@ -378,3 +378,59 @@ def test_real_perf_analyzer_shows_its_cache_lines(server: Server, tmp_path: Path
     assert "Average Cache Hit Latency" in done.stdout
     header = report.read_text().splitlines()[0].split(",")
     assert "Server Cache Hit" in header and "Server Cache Miss" in header
+
+
+def _observe(http_address: str, metrics_url: str) -> dict[str, Any]:
+    """What a client sees of the cache after the same requests: counts in the statistics, and the
+    HELP/TYPE lines of the nv_cache_* families."""
+    client = httpclient.InferenceServerClient(http_address)
+
+    def send(model: str, name: str, values: list[float]) -> None:
+        data = np.array([values], np.float32)
+        tensor = httpclient.InferInput(name, list(data.shape), "FP32")
+        tensor.set_data_from_numpy(data)
+        client.infer(model, [tensor], model_version="1")
+
+    for _ in range(2):
+        send("counter", "INPUT0", [1.0, 2.0])
+        send("ens", "X", [3.0, 4.0])  # other data than counter's own: keys differ between the two servers
+    seen: dict[str, Any] = {}
+    for model in ("counter", "ens"):
+        (stats,) = client.get_inference_statistics(model, "1")["model_stats"]
+        inference = stats["inference_stats"]
+        seen[model] = {key: stats[key] for key in ("inference_count", "execution_count")}
+        seen[model].update(
+            {key: inference[key]["count"] for key in ("success", "queue", "cache_hit", "cache_miss")}
+        )
+    text = httpx.get(metrics_url).text
+    seen["families"] = sorted(
+        line for line in text.splitlines() if line.startswith(("# HELP nv_cache", "# TYPE nv_cache"))
+    )
+    return seen
+
+
+@pytest.mark.reference
+def test_statistics_and_metric_families_are_real_tritons(tmp_path: Path) -> None:
+    from tests.reference import RealTriton, require_reference_triton
+
+    binary = require_reference_triton()
+    repo = _repository(tmp_path)
+    for refused in ("dec", "seq"):  # real Triton's start-up would fail on them
+        for path in sorted((repo / refused).rglob("*"), reverse=True):
+            path.unlink() if path.is_file() else path.rmdir()
+        (repo / refused).rmdir()
+    with RealTriton(binary, repo, ["--cache-config=local,size=1048576"]) as triton:
+        theirs = _observe(triton.http_address, triton.metrics_url)
+    running = _server(repo, 1 << 20)
+    try:
+        ours = _observe(f"127.0.0.1:{running.http_port}", f"http://127.0.0.1:{running.metrics_port}/metrics")
+    finally:
+        running.stop()
+    assert len(theirs["families"]) == 2 * 12  # four per-model families and eight server-wide gauges
+    assert ours["families"] == theirs["families"]
+    counter, ensemble = theirs["counter"], theirs["ens"]
+    assert (counter["cache_hit"], counter["cache_miss"], ensemble["cache_hit"]) == (1, 2, 1)
+    assert ours["counter"] == counter
+    # an ensemble's inference and execution counts are not the cache's (tcli counts them its own way)
+    for key in ("success", "queue", "cache_hit", "cache_miss"):
+        assert ours["ens"][key] == ensemble[key], (ours, theirs)
