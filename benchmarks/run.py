@@ -35,6 +35,8 @@ Scenarios (--only names in brackets; benchmarks/NOTES.md says what each measures
                 Goals at 10,000: ready <= 20 s, under 1 GB, a new version served <= 1 s.
   10 [inprocess] one add_sub inference in-process (tcli.inprocess) against the same over HTTP to
                 tcli serve, same run, one request at a time: µs each and the ratio, info.
+  11 [cache]     a python model sleeping 5 ms with the response cache on, repeated identical
+                requests (real perf_analyzer, c=4), against add_sub on the same server: >= 0.90.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable f
 
 from benchmarks import (
     batching,
+    cache,
     frontend,
     inprocess,
     instances,
@@ -81,6 +84,7 @@ SCENARIOS = (
     "soak",
     "scale",
     "inprocess",
+    "cache",
 )
 # scenario 5: the server on core 0, each load generator on core 1 (see NOTES.md)
 SERVER_CPUS, CLIENT_CPUS = [0], [1]
@@ -146,6 +150,8 @@ def main() -> None:
             rows += scale.rows(ctx)
         if "inprocess" in chosen:
             rows += inprocess.rows(ctx)
+        if "cache" in chosen:
+            rows += cache.rows(ctx)
     took = time.monotonic() - began
     mode = "--quick" if args.quick else "default"
     # the 1-minute load average before and after: other work on the machine moves every figure

@@ -101,6 +101,8 @@ class ServerSettings:
     http_server_cert: str = ""
     http_server_key: str = ""
     http_root_cert: str = ""
+    # --cache-config local,size=<bytes> / --response-cache-byte-size: the response cache; 0: none
+    response_cache_byte_size: int = 0
 
     def grpc_tls(self) -> TlsSettings | None:
         """The gRPC front end's TLS settings; None: plain text."""
@@ -155,6 +157,10 @@ class Server:
                 rate_limiter=RateLimiter(settings.rate_limit_resources) if settings.rate_limit else None,
             ),
         )
+        if settings.response_cache_byte_size > 0:
+            from server.scheduling.response_cache import ResponseCache
+
+            self.manager.response_cache = ResponseCache(settings.response_cache_byte_size)
         self.service = InferenceService(
             self.manager,
             strict_readiness=settings.strict_readiness,

@@ -18,6 +18,7 @@ import re
 import threading
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from server.classification import classify
@@ -49,7 +50,10 @@ from server.repository.manager import ControlMode, ModelManager
 from server.scheduling.work import ResponseStream
 
 if TYPE_CHECKING:
-    from server.repository.models import ServedModel
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from server.repository.models import ServedModel, VersionEntry
+    from server.scheduling.runner import ModelRunner
 
 SERVER_NAME = "triton"  # what Triton clients expect to find; tcli's own version is in `tcli --version`
 SERVER_VERSION = "2.51.0"  # the Triton release whose protocol tcli follows
@@ -208,9 +212,10 @@ class InferenceService:
         self.requests_started += 1
         model, entry = self.manager.resolve(request.model_name, request.model_version)
         config, rules, runner = model.config, model.rules, entry.runner
+        cache = self.manager.response_cache
         if entry.ensemble is not None and rules is not None:
             rules.check(request)
-            response = await entry.ensemble.infer(request, self.infer, str(entry.version))
+            response = await self._run_ensemble(config, entry, request)
             return self._finish(model, request, response)
         if config is None or rules is None or runner is None:
             raise not_found(f"Request for unknown model: '{request.model_name}' has no available versions")
@@ -220,6 +225,26 @@ class InferenceService:
                 "(gRPC ModelStreamInfer, HTTP generate_stream)"
             )
         rules.check(request)
+        if cache is not None and _caches(config):  # a hit never reaches the runner
+            run = partial(self._execute, runner, request)
+            result = await cache.serve(request, entry.version, entry, runner.stats, run)
+        else:
+            result = await self._execute(runner, request)
+        return self._finish(model, request, result)
+
+    async def _run_ensemble(
+        self, config: ModelConfig | None, entry: VersionEntry, request: InferenceRequest
+    ) -> InferenceResponse:
+        """An ensemble's top-level response: stored in the response cache when its config asks."""
+        assert entry.ensemble is not None
+        run = partial(entry.ensemble.infer, request, self.infer, str(entry.version))
+        cache = self.manager.response_cache
+        if cache is not None and _caches(config):
+            return await cache.serve(request, entry.version, entry, entry.ensemble.stats, run)
+        return await run()
+
+    async def _execute(self, runner: ModelRunner, request: InferenceRequest) -> InferenceResponse:
+        """The model's one response to a checked request, from its runner."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[InferenceResponse | TritonError] = loop.create_future()
         loop_thread = threading.get_ident()
@@ -239,7 +264,7 @@ class InferenceService:
             raise
         if isinstance(result, TritonError):
             raise result
-        return self._finish(model, request, result)
+        return result
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncGenerator[StreamResponse, None]:
         """The responses to `request` as the model sends them, the last one marked final. Raises
@@ -254,7 +279,7 @@ class InferenceService:
         if entry.ensemble is not None and rules is not None:
             rules.check(request)
             try:
-                response = await entry.ensemble.infer(request, self.infer, str(entry.version))
+                response = await self._run_ensemble(config, entry, request)
             except TritonError as error:
                 yield StreamResponse(None, error, True)
                 return
@@ -263,6 +288,16 @@ class InferenceService:
         if config is None or rules is None or runner is None:
             raise not_found(f"Request for unknown model: '{request.model_name}' has no available versions")
         rules.check(request)
+        cache = self.manager.response_cache
+        if cache is not None and _caches(config):  # never decoupled: its one response, maybe stored
+            try:
+                run = partial(self._execute, runner, request)
+                response = await cache.serve(request, entry.version, entry, runner.stats, run)
+            except TritonError as error:
+                yield StreamResponse(None, error, True)
+                return
+            yield StreamResponse(self._finish(model, request, response), None, True)
+            return
         loop = asyncio.get_running_loop()
         answers: asyncio.Queue[tuple[InferenceResponse | TritonError | None, bool]] = asyncio.Queue()
 
@@ -458,6 +493,11 @@ class InferenceService:
             for key, value in parsed.items():
                 self.trace.values[key] = TRACE_DEFAULTS[key] if value is None else value
         return self.trace_settings(model)
+
+
+def _caches(config: ModelConfig | None) -> bool:
+    """Whether the model's config asks for the response cache (`response_cache { enable: true }`)."""
+    return config is not None and config.response_cache.enable
 
 
 def _trace_level(value: list[str]) -> list[str] | None:

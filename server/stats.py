@@ -43,6 +43,10 @@ class ModelStats:
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
+    cache_hit: Duration = field(
+        default_factory=Duration
+    )  # the response cache (server/scheduling/response_cache.py)
+    cache_miss: Duration = field(default_factory=Duration)
     inference_count: int = 0  # rows inferred (a batch-8 request counts 8)
     execution_count: int = 0  # model executions (a batch of requests counts 1)
     last_inference_ms: int = 0
@@ -74,6 +78,20 @@ class ModelStats:
             self.inference_count += rows
             self.last_inference_ms = int(time.time() * 1000)
 
+    def record_cache_hit(self, total_ns: int, lookup_ns: int) -> None:
+        """A request answered from the response cache: a success and a queue entry of no time, as in
+        Triton, but no inference, execution or compute time."""
+        with self._lock:
+            self.success.add(total_ns)
+            self.queue.add(0)
+            self.cache_hit.add(lookup_ns)
+            self.last_inference_ms = int(time.time() * 1000)
+
+    def record_cache_miss(self, ns: int) -> None:
+        """A request the response cache did not hold, answered by the model: its lookup and insert."""
+        with self._lock:
+            self.cache_miss.add(ns)
+
     def record_failure(self, total_ns: int, reason: str = "OTHER") -> None:
         with self._lock:
             self.fail.add(total_ns)
@@ -96,6 +114,8 @@ class ModelStats:
                     compute_input=self.compute_input.snapshot(),
                     compute_infer=self.compute_infer.snapshot(),
                     compute_output=self.compute_output.snapshot(),
+                    cache_hit=self.cache_hit.snapshot(),
+                    cache_miss=self.cache_miss.snapshot(),
                 ),
                 batch_stats=[
                     InferBatchStatistics(

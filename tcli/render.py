@@ -178,6 +178,7 @@ def startup_tables(server: Any) -> list[Table]:
         ("grpc_port", str(server.grpc_port or "disabled")),
         ("metrics_port", str(server.metrics_port or "disabled")),
         ("allow_client_shm", str(settings.allow_client_shm).lower()),
+        ("cache_enabled", "1" if settings.response_cache_byte_size > 0 else "0"),
     ):
         options.add_row(option, escape(value))
     return [backends, status, options]

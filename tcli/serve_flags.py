@@ -62,9 +62,7 @@ FLAGS: dict[str, Flag] = {
     "trace-rate": Flag(LATER),
     "trace-count": Flag(LATER),
     "trace-log-frequency": Flag(LATER),
-    "cache-config": Flag(LATER),
-    "cache-directory": Flag(LATER),
-    "response-cache-byte-size": Flag(LATER),
+    "cache-directory": Flag("tcli's local response cache is built in, not a library; no effect"),
     # memory and devices
     "pinned-memory-pool-byte-size": Flag(GPU),
     "cuda-memory-pool-byte-size": Flag(GPU),

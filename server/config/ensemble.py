@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from server.config.validate import Findings, enum_name
+from server.config.validate import Findings, enum_name, response_cache_refusal
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -74,6 +74,10 @@ def check_ensemble(
             )
         if composing is not None:
             _check_batch_size(ensemble, composing, found, at)
+            if ensemble.response_cache.enable and composing.model_transaction_policy.decoupled:
+                # an ensemble with a decoupled step is decoupled itself: Triton refuses its cache
+                fix = "remove response_cache { enable: true }"
+                found.error(response_cache_refusal(e, True, False) or "", fix, ("response_cache",))
         inputs = {t.name: t for t in composing.input} if composing else {}
         outputs = {t.name: t for t in composing.output} if composing else {}
         for model_input, tensor_name in step.input_map.items():

@@ -168,6 +168,7 @@ def validate_completed(
     _check_sequence_batching(config, found)
     _check_instance_groups(config, found, gpu_count)
     _check_warmup(config, folder, found)
+    _check_response_cache(config, found)
 
 
 def _check_versions(config: ModelConfig, folder: ModelFolder, found: Findings) -> None:
@@ -565,3 +566,28 @@ def _check_warmup(config: ModelConfig, folder: ModelFolder, found: Findings) -> 
                         "put the raw tensor bytes in the model's warmup/ folder",
                         at,
                     )
+
+
+def response_cache_refusal(model: str, decoupled: bool, sequence: bool) -> str | None:
+    """Triton's reason for refusing a model that asks for the response cache, or None."""
+    if decoupled:
+        return (
+            f"Response Cache does not currently support model {model} with 'decoupled' transaction "
+            "policy. Please disable the response cache."
+        )
+    if sequence:
+        return (
+            f"Response Cache does not currently support model {model} with sequence batching scheduler. "
+            "Please disable the response cache."
+        )
+    return None
+
+
+def _check_response_cache(config: ModelConfig, found: Findings) -> None:
+    """Triton refuses these whether or not the server has a cache (--cache-config)."""
+    if not config.response_cache.enable:
+        return
+    sequence = config.WhichOneof("scheduling_choice") == "sequence_batching"
+    message = response_cache_refusal(config.name, config.model_transaction_policy.decoupled, sequence)
+    if message is not None:
+        found.error(message, "remove response_cache { enable: true }", ("response_cache",))

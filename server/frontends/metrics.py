@@ -18,10 +18,12 @@ counter also has `reason` = REJECTED | CANCELED | BACKEND | OTHER, all four alwa
     nv_inference_compute_input_duration_us  counter  cumulative input preparation time
     nv_inference_compute_infer_duration_us  counter  cumulative model execution time
     nv_inference_compute_output_duration_us counter  cumulative output preparation time
+    nv_cache_*_per_model                    counter  response cache hits and misses (cache_metrics.py)
     nv_inference_pending_request_count      gauge    requests queued, not yet executing
     nv_cpu_utilization                      gauge    host CPU busy ratio [0.0 - 1.0]
     nv_cpu_memory_total_bytes               gauge    host RAM
     nv_cpu_memory_used_bytes                gauge    host RAM in use (total - available, as Triton)
+    nv_cache_util, nv_cache_num_*, ...      gauge    the whole response cache, when the server has one
 
 tcli's additions, also per model version:
 
@@ -71,6 +73,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from server.frontends.cache_metrics import per_model_families, whole_cache_families
 from server.frontends.custom_metrics import CustomFamilies, custom_families
 from server.frontends.http_asgi_io import Receive, Scope, Send, lifespan
 from server.repository.models import ModelState
@@ -216,6 +219,7 @@ class VersionSnapshot:
     failures: dict[str, int]  # reason (one of FAILURE_REASONS) -> count
     pending: int
     batch_buckets: tuple[int, ...]  # finite histogram bounds for tcli_inference_batch_size
+    response_cache: bool = False  # the model's config enables the response cache
 
     @property
     def labels(self) -> list[str]:
@@ -272,6 +276,7 @@ def snapshot(manager: ModelManager) -> list[VersionSnapshot]:
                     failures=_failures_by_reason(dict(stats.failures)),
                     pending=int(pending),
                     batch_buckets=buckets,
+                    response_cache=model.config is not None and model.config.response_cache.enable,
                 )
             )
     return rows
@@ -315,6 +320,8 @@ def model_families(versions: list[VersionSnapshot]) -> Iterator[Metric]:
             key = {"model": row.model, "version": row.version}
             family.add_sample(name, key, _us(row.stats["inference_stats"][field]))
         yield family
+    cached = [({"model": r.model, "version": r.version}, r.stats) for r in versions if r.response_cache]
+    yield from per_model_families(cached, _counter)
 
     pending = GaugeMetricFamily(*_PENDING, labels=("model", "version"))
     for row in versions:
@@ -387,6 +394,7 @@ class TritonCollector:
         return [
             *model_families(versions),
             *(host_families(self.cpu) if self.cpu_metrics else ()),
+            *whole_cache_families(cache.summary() if (cache := self.manager.response_cache) else None),
             *batch_size_families(versions),
             *ready_families(self.manager),
             *(custom_families(self.custom()) if self.custom is not None else ()),

@@ -5,6 +5,10 @@ models' repository agents (agents/).
 A (re)load builds a complete new ServedModel beside the old one and swaps it in with one dict
 assignment: requests already holding the old model finish on its runners, which are then drained and
 unloaded. A reload whose new version fails keeps the old version serving.
+
+Long: locating, building, swapping in and retiring a model all work under one lock over one dict of
+served models, with the load options every step reads; pieces that stand alone already live beside
+it (load_failures.py, request_files.py, poller.py, sources.py, memory.py).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from server.backends.devices import visible_gpu_count
 from server.backends.locate import DEFAULT_BACKEND_DIRECTORY
 from server.config import backends
 from server.config.model_folder import ModelFolder, scan_model, select_versions
+from server.config.validate import response_cache_refusal
 from server.protocol.errors import ErrorCode, TritonError, internal, invalid_arg, not_found, unavailable
 from server.repository.load_failures import NO_VERSION, failed_model, load_failure, poll_failed
 from server.repository.memory import release_freed_memory
@@ -37,6 +42,7 @@ if TYPE_CHECKING:
     from server.repository.agents.chain import AgentChain
     from server.repository.poller import RepositoryPoller
     from server.scheduling.rate_limiter import RateLimiter
+    from server.scheduling.response_cache import ResponseCache
 
 log = logging.getLogger("tcli.server")
 
@@ -76,6 +82,8 @@ class ModelManager:
         self.options = options or LoadOptions()
         self.mode = mode
         self.stats = StatsBook()
+        # the server's response cache (--cache-config), set by the composition root; None: no cache
+        self.response_cache: ResponseCache | None = None
         self.gpu_count = visible_gpu_count()
         self._models: dict[str, ServedModel] = {}
         self._lock = threading.RLock()  # guards the model table's updates; readers never take it
@@ -448,6 +456,12 @@ class ModelManager:
                 served.agents = None
             return failed_model(served, folder, reason)
         config = report.config
+        if config.response_cache.enable and self.response_cache is None:  # Triton says nothing
+            log.info(
+                "model '%s' enables response_cache but the server has no cache: served without one "
+                "(start it with --cache-config local,size=<bytes>)",
+                config.name,
+            )
         served.rules = RequestRules(config)
         served.labels = _read_labels(config, folder.path)
         for version in select_versions(config.version_policy, folder.versions):
@@ -503,6 +517,10 @@ class ModelManager:
                     ModelState.UNAVAILABLE,
                     f"Invalid argument: ensemble '{config.name}' depends on '{dependency}' which has no loaded version",
                 )
+            composing = model.config
+            if config.response_cache.enable and composing and composing.model_transaction_policy.decoupled:
+                refusal = response_cache_refusal(config.name, True, False)
+                return VersionEntry(version, ModelState.UNAVAILABLE, f"Invalid argument: {refusal}")
         return VersionEntry(version, ModelState.READY, ensemble=schedule)
 
     def _load_version(self, config: ModelConfig, folder: ModelFolder, version: int) -> VersionEntry:

@@ -237,6 +237,15 @@ def serve(
         list[str] | None,
         typer.Option(help="<name>:<count>[:<device>] available to rate-limited instances (repeatable)."),
     ] = None,
+    cache_config: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="<cache>,<setting>=<value> (repeatable): the response cache, e.g. local,size=1048576."
+        ),
+    ] = None,
+    response_cache_byte_size: Annotated[
+        str | None, typer.Option(help="Deprecated in Triton: the same as --cache-config local,size=<bytes>.")
+    ] = None,
     repoagent_directory: Annotated[
         list[Path] | None,
         typer.Option(help="Folder of repository agents (NAME/agent.py); repeatable."),
@@ -320,6 +329,7 @@ def serve(
             "carry '%s' and its protocols refuse every call (as in Triton); write the key in lower case",
             key,
         )
+    cache = _response_cache(cache_config or [], response_cache_byte_size)
     settings = ServerSettings(
         model_repositories=repos,
         model_control_mode=ControlMode(model_control_mode.value),
@@ -382,6 +392,7 @@ def serve(
         http_server_cert=http_server_cert,
         http_server_key=http_server_key,
         http_root_cert=http_root_cert,
+        response_cache_byte_size=cache,
     )
     try:
         code = run(settings, on_started=_print_startup)
@@ -421,6 +432,29 @@ def _backend_config(values: list[str]) -> dict[str, dict[str, str]]:
             raise CliError(f"--backend-config={value}: expected <backend>,<setting>=<value>")
         found.setdefault(backend, {})[key] = item
     return found
+
+
+def _response_cache(cache_config: list[str], byte_size: str | None) -> int:
+    """The response cache's size in bytes from --cache-config / --response-cache-byte-size; 0: none."""
+    import logging
+
+    from server.scheduling.cache_config import CacheConfigError, parse_cache_flags
+
+    try:
+        flags = parse_cache_flags(cache_config, byte_size)
+    except CacheConfigError as exc:
+        raise CliError(str(exc)) from None
+    if flags is None:
+        return 0
+    warn = logging.getLogger("tcli.server").warning
+    if flags.deprecated_flag:
+        warn(
+            "--response-cache-byte-size is deprecated (as in Triton): use --cache-config=local,size=%d",
+            flags.size,
+        )
+    if flags.ignored:
+        warn("--cache-config local: settings %s are not read by the local cache", ", ".join(flags.ignored))
+    return flags.size
 
 
 def _print_tables(server: Server) -> None:
