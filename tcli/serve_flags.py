@@ -56,12 +56,6 @@ FLAGS: dict[str, Flag] = {
     "allow-gpu-metrics": Flag("no GPU metrics without a GPU; no effect"),
     "metrics-config": Flag(LATER),
     # tracing, caching, rate limiting
-    "trace-config": Flag(LATER),
-    "trace-file": Flag(LATER),
-    "trace-level": Flag(LATER),
-    "trace-rate": Flag(LATER),
-    "trace-count": Flag(LATER),
-    "trace-log-frequency": Flag(LATER),
     "backend-directory": Flag(LATER),
     "cache-config": Flag(LATER),
     "cache-directory": Flag(LATER),

@@ -250,6 +250,8 @@ class ModelRunner:
         start = time.monotonic_ns()
         for item in batch:
             item.started_ns, item.instance = start, index
+            if item.request.trace is not None:
+                item.request.trace.computing(item.enqueued_ns, start)
         try:
             requests = [item.request for item in batch]
             if len(batch) == 1:
@@ -302,6 +304,8 @@ class ModelRunner:
         start = time.monotonic_ns()
         for item in batch:
             item.started_ns, item.instance = start, index
+            if item.request.trace is not None:
+                item.request.trace.computing(item.enqueued_ns, start)
         return start, [_Channel(item, self) for item in batch]
 
     def settle(
@@ -321,6 +325,8 @@ class ModelRunner:
                 result = self._reschedule(item, result)
                 if result is None:
                     continue
+            if item.request.trace is not None:  # a python model's inputs and outputs are its own
+                item.request.trace.computed(start, end)
             if isinstance(result, TritonError):
                 self.stats.record_failure(end - item.enqueued_ns, "BACKEND")
                 item.complete(result)
@@ -365,6 +371,8 @@ class ModelRunner:
             self.stats.record_success(
                 item.rows, end - item.enqueued_ns, start - item.enqueued_ns, input_ns, infer_ns, output_ns
             )
+            if item.request.trace is not None:
+                item.request.trace.computed(infer_start, infer_end)
             item.complete(response)
 
     def fail(self, batch: list[WorkItem], error: TritonError) -> None:

@@ -227,6 +227,25 @@ def serve(
             help="<backend>,<setting>=<value> (repeatable), e.g. onnxruntime,default-max-batch-size=8."
         ),
     ] = None,
+    trace_config: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Tracing, repeatable: [<mode>,]<setting>=<value>, e.g. triton,file=/tmp/trace.json, "
+            "level=TIMESTAMPS, rate=1, count=100, triton,log-frequency=50, mode=opentelemetry, "
+            "opentelemetry,url=http://host:4318/v1/traces, opentelemetry,resource=service.name=tcli."
+        ),
+    ] = None,
+    trace_file: Annotated[
+        str | None, typer.Option(help="Deprecated form of --trace-config triton,file=.")
+    ] = None,
+    trace_level: Annotated[
+        list[str] | None, typer.Option(help="Deprecated form of --trace-config level=.")
+    ] = None,
+    trace_rate: Annotated[str | None, typer.Option(help="Deprecated form of --trace-config rate=.")] = None,
+    trace_count: Annotated[str | None, typer.Option(help="Deprecated form of --trace-config count=.")] = None,
+    trace_log_frequency: Annotated[
+        str | None, typer.Option(help="Deprecated form of --trace-config triton,log-frequency=.")
+    ] = None,
     repoagent_directory: Annotated[
         list[Path] | None,
         typer.Option(help="Folder of repository agents (NAME/agent.py); repeatable."),
@@ -253,6 +272,7 @@ def serve(
     from server.protocol.errors import TritonError
     from server.repository.manager import ControlMode
     from server.repository.storage.location import parse_location
+    from server.tracing.flags import TraceFlagError, read_trace_flags
     from tcli import serve_flags
 
     try:
@@ -279,6 +299,17 @@ def serve(
         http_restrictions = restricted.parse_http_restricted_api(http_restricted_api or [])
         grpc_restrictions = restricted.parse_grpc_restricted_protocol(grpc_restricted_protocol or [])
     except restricted.RestrictionSpecError as exc:  # tritonserver exits 1 on these too
+        raise CliError(str(exc)) from None
+    try:
+        trace = read_trace_flags(
+            trace_config or [],
+            trace_file=trace_file,
+            trace_level=trace_level,
+            trace_rate=trace_rate,
+            trace_count=trace_count,
+            trace_log_frequency=trace_log_frequency,
+        )
+    except TraceFlagError as exc:
         raise CliError(str(exc)) from None
     log_settings = logs.LogSettings(
         log_file=log_file,
@@ -360,6 +391,7 @@ def serve(
         http_server_cert=http_server_cert,
         http_server_key=http_server_key,
         http_root_cert=http_root_cert,
+        trace=trace,
     )
     try:
         code = run(settings, on_started=_print_startup)
