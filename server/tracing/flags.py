@@ -9,6 +9,7 @@ bsp_max_export_batch_size."""
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,10 +110,22 @@ def read_trace_flags(
                 )
         else:
             raise TraceFlagError(f"{flag}: unknown trace mode '{mode}'; triton or opentelemetry")
+    if values["trace_mode"] == "opentelemetry" and not _otel_installed():
+        raise TraceFlagError(
+            "--trace-config mode=opentelemetry needs the OpenTelemetry SDK and its OTLP/HTTP exporter: "
+            "pip install 'tcli[otel]'"
+        )
     levels = config_levels or levels
     if levels:
         values["trace_level"] = _levels(levels)
     return TraceFlags(values, otel)
+
+
+def _otel_installed() -> bool:
+    try:
+        return importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def _levels(given: list[str]) -> list[str]:

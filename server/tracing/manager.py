@@ -17,9 +17,8 @@ from server.protocol.trace import Trace
 from server.tracing.setting import SettingValues, TraceSetting
 from server.tracing.trace_file import TraceFile
 
-# makes the OpenTelemetry exporter's callables: (export a finished trace, a parent context from a
-# client's traceparent, shut down)
-Exporter = tuple[Callable[[Trace], None], Callable[[str], object], Callable[[], None]]
+# the OpenTelemetry exporter (server/tracing/otel.py): export a finished trace, and shut down
+Exporter = tuple[Callable[[Trace], None], Callable[[], None]]
 
 
 class TraceManager:
@@ -30,7 +29,7 @@ class TraceManager:
         self._exporter = exporter
         self.global_setting = self._make(SettingValues.of(global_values))
         self.model_settings: dict[str, TraceSetting] = {}
-        self.enabled = self.global_setting.valid
+        self.enabled = self.global_setting.active
 
     def _make(self, values: SettingValues) -> TraceSetting:
         if values.mode == "opentelemetry" and self._exporter is not None:
@@ -46,11 +45,14 @@ class TraceManager:
         """A trace for the next request to `model` when its setting samples it, else None.
         `traceparent`: the client's W3C trace context (OpenTelemetry mode continues it)."""
         setting = self.model_settings.get(model, self.global_setting)
-        if not setting.sample():
+        # OpenTelemetry: a request that carries its client's context is traced whatever the rate and
+        # count say, as in Triton (rate=0 traces only those)
+        propagated = bool(traceparent) and setting.propagates
+        if not (propagated or setting.sample()):
             return None
         trace = Trace(setting, setting.next_id(), tensors_on=setting.tensors)
-        if self._exporter is not None and setting.values.mode == "opentelemetry":
-            trace.context = self._exporter[1](traceparent)
+        if propagated:
+            trace.context = traceparent  # parsed by the exporter, off the request's path
         return trace
 
     def count_left(self, model: str) -> int:
@@ -78,7 +80,7 @@ class TraceManager:
                         retired.append(current)
             retired += [s for m, s in self.model_settings.items() if m not in settings]
             self.model_settings = settings
-            self.enabled = self.global_setting.valid or any(s.valid for s in settings.values())
+            self.enabled = self.global_setting.active or any(s.active for s in settings.values())
         for setting in retired:
             setting.retire()
 
@@ -90,4 +92,4 @@ class TraceManager:
         for file in self._files.values():
             file.close()
         if self._exporter is not None:
-            self._exporter[2]()
+            self._exporter[1]()

@@ -61,6 +61,9 @@ class TraceSetting:
         self.timestamps = "TIMESTAMPS" in values.level
         triton_mode = values.mode == "triton"
         self.valid = values.level != ("OFF",) and values.rate > 0 and (not triton_mode or bool(values.file))
+        # OpenTelemetry mode traces requests that carry a client's context even at rate 0
+        self.propagates = values.mode == "opentelemetry" and export is not None and values.level != ("OFF",)
+        self.active = self.valid or self.propagates  # whether any request may be traced
         self._count = values.count
         self._lock = threading.Lock()
         self._seen = 0  # requests this setting was asked about
