@@ -30,6 +30,8 @@ Scenarios (--only names in brackets; benchmarks/NOTES.md says what each measures
                 decoupled stream) with a poll-mode config edit each minute and a python instance
                 process killed twice: 0 failures beside the killed instance's, RSS and fds within 10%.
                 `benchmarks/soak.py --minutes 60` is the hour-long run.
+  9 [tracing]   add_sub over HTTP at c=4 (real perf_analyzer), Triton's trace file at rate 1000
+                against tracing off, on one tcli server, alternately: >= 0.97.
 """
 
 from __future__ import annotations
@@ -44,7 +46,17 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import batching, frontend, instances, perf_tools, replicas, soak, startup, storage
+from benchmarks import (
+    batching,
+    frontend,
+    instances,
+    perf_tools,
+    replicas,
+    soak,
+    startup,
+    storage,
+    tracing_cost,
+)
 from benchmarks.context import Context
 from benchmarks.harness import Server, Windows, ensure_reference, log, start_tcli, start_triton
 from benchmarks.repos import copy_examples
@@ -54,7 +66,7 @@ from benchmarks.table import Row, machine, render, write_json
 # other work on these 2 cores moves throughput by more than 10% between windows, and a comparison
 # is a median over interleaved runs anyway; both load generators are given the same value
 STABILITY_PCT = 100
-SCENARIOS = ("frontend", "batching", "instances", "startup", "perf", "storage", "replicas", "soak")
+SCENARIOS = ("frontend", "batching", "instances", "startup", "perf", "storage", "replicas", "soak", "tracing")
 # scenario 5: the server on core 0, each load generator on core 1 (see NOTES.md)
 SERVER_CPUS, CLIENT_CPUS = [0], [1]
 
@@ -115,6 +127,8 @@ def main() -> None:
             rows += replicas.rows(ctx)
         if "soak" in chosen:
             rows += soak.rows(ctx)
+        if "tracing" in chosen:
+            rows += tracing_cost.rows(ctx)
     took = time.monotonic() - began
     mode = "--quick" if args.quick else "default"
     # the 1-minute load average before and after: other work on the machine moves every figure
