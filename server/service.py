@@ -44,7 +44,7 @@ from server.protocol.messages import (
     TensorMetadata,
     TraceSettingResponse,
 )
-from server.protocol.trace import QUEUE_START, REQUEST_END
+from server.protocol.trace import QUEUE_START
 from server.protocol.types import InferenceRequest, InferenceResponse
 from server.repository.manager import ControlMode, ModelManager
 from server.scheduling.work import ResponseStream
@@ -228,7 +228,7 @@ class InferenceService:
             )
             if trace is not None:
                 trace.responded(response.outputs)
-                trace.stamp(REQUEST_END)
+                trace.ended()
             return response
         if config is None or rules is None or runner is None:
             raise not_found(f"Request for unknown model: '{request.model_name}' has no available versions")
@@ -256,12 +256,14 @@ class InferenceService:
             request.cancel()
             raise
         if isinstance(result, TritonError):
+            if trace is not None:
+                trace.ended()
             raise result
         if trace is None:
             return self._finish(model, request, result)
         response = self._finish(model, request, result)
         trace.responded(response.outputs)
-        trace.stamp(REQUEST_END)
+        trace.ended()
         return response
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncGenerator[StreamResponse, None]:
@@ -289,7 +291,7 @@ class InferenceService:
             response = self._finish(model, request, response)
             if trace is not None:
                 trace.responded(response.outputs)
-                trace.stamp(REQUEST_END)
+                trace.ended()
             yield StreamResponse(response, None, True)
             return
         if config is None or rules is None or runner is None:
@@ -325,7 +327,7 @@ class InferenceService:
                     yield StreamResponse(response, None, final)
                 if final:
                     if trace is not None:
-                        trace.stamp(REQUEST_END)
+                        trace.ended()
                     return
         finally:
             if not stream.finished:

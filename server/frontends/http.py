@@ -202,9 +202,14 @@ class HttpFrontend:
         if headers.content_length > limit:
             raise too_large(headers.content_length, limit, headers.header_length is None)
         body = await read_body(receive, limit, headers.header_length is None)
-        payload, response_headers = await unless_disconnected(
-            receive, self._infer_body(model, version, headers, body)
-        )
+        try:
+            payload, response_headers = await unless_disconnected(
+                receive, self._infer_body(model, version, headers, body)
+            )
+        except BaseException:
+            if headers.trace is not None:  # a failed request's trace is written too, as Triton's
+                headers.trace.finish()
+            raise
         trace = headers.trace
         sending = 0 if trace is None else time.monotonic_ns()
         await respond(send, 200, payload, response_headers)

@@ -46,29 +46,45 @@ class TraceSink(Protocol):
 
 class Trace:
     """The record of one traced request (and, as `children`, of the composing models' requests an
-    ensemble made for it). Any thread may add to it: the event loop, a model's worker thread."""
+    ensemble made for it). Any thread may add to it: the event loop, a model's worker thread.
+
+    It goes to its sink once both sides are done with it, as Triton releases a trace: the front end
+    (`finish`, after the last response was written) and every execution of it and of its children
+    (`computed`). A decoupled model may send its final response before its `execute()` returns, so
+    either may come last; REQUEST_END, too, waits for a running execution to end."""
 
     __slots__ = (
+        "_collected",
+        "_computing",
+        "_end_pending",
+        "_finished",
         "children",
         "context",
         "id",
-        "lock",
         "model_name",
         "model_version",
         "parent_id",
         "request_id",
+        "root",
         "sink",
         "stamps",
         "tensors",
         "tensors_on",
+        "tree_lock",
     )
 
     def __init__(
-        self, sink: TraceSink, trace_id: int, *, parent_id: int = 0, tensors_on: bool = False
+        self,
+        sink: TraceSink,
+        trace_id: int,
+        *,
+        parent: Trace | None = None,
+        tensors_on: bool = False,
     ) -> None:
         self.sink = sink
         self.id = trace_id
-        self.parent_id = parent_id
+        self.root: Trace = self if parent is None else parent.root
+        self.parent_id = 0 if parent is None else parent.id
         self.model_name = ""
         self.model_version = -1
         self.request_id = ""
@@ -76,8 +92,13 @@ class Trace:
         self.tensors: list[tuple[str, Tensor]] = []  # (activity, tensor), formatted when written
         self.tensors_on = tensors_on  # the TENSORS level
         self.children: list[Trace] = []
-        self.context: object = None  # the sink's own (an OpenTelemetry parent context)
-        self.lock = threading.Lock()
+        self.context: object = None if parent is None else parent.context  # the sink's own
+        # one lock for a trace and its children: who is still busy with them
+        self.tree_lock: threading.Lock = threading.Lock() if parent is None else parent.tree_lock
+        self._computing = False
+        self._end_pending = False
+        self._finished = False
+        self._collected = False
 
     def stamp(self, name: str, ns: int = 0) -> None:
         """Record activity `name` now, or at `ns` when it was taken earlier on the request's path."""
@@ -101,9 +122,20 @@ class Trace:
         if not self.parent_id and not any(name == INFER_RESPONSE_COMPLETE for name, _ in self.stamps):
             self.stamp(INFER_RESPONSE_COMPLETE)
 
+    def ended(self) -> None:
+        """REQUEST_END: the core is done with the request; if its execution still runs (a decoupled
+        model's final response came first), when that execution ends."""
+        with self.tree_lock:
+            if self._computing:
+                self._end_pending = True
+                return
+        self.stamp(REQUEST_END)
+
     def computing(self, queued_ns: int, start_ns: int) -> None:
         """An instance took the request: it was queued at `queued_ns` and its execution started at
         `start_ns` (both taken on the request's path; the queue is the scheduler's business)."""
+        with self.tree_lock:
+            self._computing = True
         self.stamps += ((QUEUE_START, queued_ns), (COMPUTE_START, start_ns))
 
     def computed(self, input_end_ns: int, output_start_ns: int) -> None:
@@ -111,12 +143,27 @@ class Trace:
         `output_start_ns`."""
         self.stamps += ((COMPUTE_INPUT_END, input_end_ns), (COMPUTE_OUTPUT_START, output_start_ns))
         self.stamp(COMPUTE_END)
+        with self.tree_lock:
+            self._computing = False
+            end, self._end_pending = self._end_pending, False
+        if end:
+            self.stamp(REQUEST_END)
+        self.root._collect_when_done()
+
+    def execution_failed(self) -> None:
+        """The execution ended now, failing (no input or output split to report)."""
+        self.stamp(COMPUTE_END)
+        with self.tree_lock:
+            self._computing = False
+            end, self._end_pending = self._end_pending, False
+        if end:
+            self.stamp(REQUEST_END)
+        self.root._collect_when_done()
 
     def child(self) -> Trace:
         """A trace for a request an ensemble makes for one of its steps: written with this one."""
-        trace = Trace(self.sink, self.sink.next_id(), parent_id=self.id, tensors_on=self.tensors_on)
-        trace.context = self.context
-        with self.lock:
+        trace = Trace(self.sink, self.sink.next_id(), parent=self, tensors_on=self.tensors_on)
+        with self.tree_lock:
             self.children.append(trace)
         return trace
 
@@ -126,5 +173,17 @@ class Trace:
         self.stamp(end_name)
 
     def finish(self) -> None:
-        """The front end is done with the request: hand the trace (and its children) to its sink."""
+        """The front end is done with the request: to the sink, once no execution of it runs."""
+        with self.tree_lock:
+            self._finished = True
+        self._collect_when_done()
+
+    def _collect_when_done(self) -> None:
+        with self.tree_lock:
+            if not self._finished or self._collected or self._busy():
+                return
+            self._collected = True
         self.sink.collect(self)
+
+    def _busy(self) -> bool:
+        return self._computing or any(child._busy() for child in self.children)

@@ -387,6 +387,8 @@ class ModelRunner:
             if self._pads and isinstance(item, NullItem):
                 continue
             self.stats.record_failure(end - item.enqueued_ns, "BACKEND")
+            if item.request.trace is not None and item.started_ns:
+                item.request.trace.execution_failed()
             item.complete(error)
 
     # the log -----------------------------------------------------------------------------------------

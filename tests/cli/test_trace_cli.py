@@ -17,7 +17,9 @@ import tritonclient.http as httpclient
 from server.app import Server, ServerSettings
 from server.tracing.flags import read_trace_flags
 from tests.integration.conftest import REPO
+from tests.integration.serve_process import ServeProcess
 from tests.integration.test_tracing import ENSEMBLE
+from tests.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -96,3 +98,31 @@ def test_missing_file_is_one_line(tcli: Callable[..., CompletedProcess[str]], tm
     assert done.returncode == 1
     assert done.stderr.strip().count("\n") == 0
     assert "no trace file" in done.stderr and "triton,file=" in done.stderr
+
+
+def test_serve_takes_the_older_trace_flags(tmp_path: Path) -> None:
+    """`tcli serve` as a user runs it, with tritonserver's deprecated --trace-* flags."""
+    repository = tmp_path / "models"
+    repository.mkdir()
+    (repository / "add_sub").symlink_to(REPO / "add_sub", target_is_directory=True)
+    file = tmp_path / "trace.json"
+    flags = ["--trace-file", str(file), "--trace-level", "TIMESTAMPS", "--trace-rate", "1"]
+    server = ServeProcess(str(repository), *flags, "--trace-log-frequency", "1")
+    try:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+        assert client.get_trace_settings()["trace_file"] == str(file)
+        inputs = [httpclient.InferInput("INPUT0", [4], "FP32"), httpclient.InferInput("INPUT1", [4], "FP32")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(np.ones(4, np.float32))
+        client.infer("add_sub", inputs, request_id="legacy")
+        wait_until(lambda: (tmp_path / "trace.json.0").exists(), "the first trace file")
+    finally:
+        server.stop()
+    entries = json.loads((tmp_path / "trace.json.0").read_text())
+    assert [e["request_id"] for e in entries if "model_name" in e] == ["legacy"]
+
+
+def test_a_bad_trace_flag_is_one_line(tcli: Callable[..., CompletedProcess[str]]) -> None:
+    done = tcli("serve", str(REPO), "--trace-config", "rate=often")
+    assert done.returncode == 1
+    assert done.stderr.strip() == "error: --trace-config rate=often: expected an integer, got 'often'"

@@ -8,6 +8,7 @@ a two-step ensemble of it, a decoupled model over a gRPC stream)."""
 from __future__ import annotations
 
 import json
+import os
 import queue
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,6 +128,9 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
     settings = ServerSettings(
         [repository], host="127.0.0.1", http_port=0, grpc_port=0, allow_metrics=False, trace=flags
     )
+    settings.grpc_implementation = (
+        os.environ.get("TCLI_TEST_GRPC_IMPLEMENTATION") or settings.grpc_implementation
+    )
     server = Server(settings).start()
     try:
         yield Traced(server, file)
@@ -229,6 +233,9 @@ def test_decoupled_stream_traced_with_a_send_per_response(traced: Traced) -> Non
         *["GRPC_SEND_START", "GRPC_SEND_END"] * 3,
         *GRPC_NAMES[7:],
     ]
+    stamps = _stamps(group, ident["id"])
+    # the final response may leave before execute() returns: the request ends after its execution
+    assert stamps["COMPUTE_START"] <= stamps["COMPUTE_END"] <= stamps["REQUEST_END"]
     outputs = [e["tensor"]["data"] for e in group if e.get("activity") == "TENSOR_BACKEND_OUTPUT"]
     assert outputs == ["1", "0", "2", "1", "3", "2"]  # OUT and IDX of each response
 
