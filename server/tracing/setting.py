@@ -4,7 +4,8 @@ sampled under the old setting finishes under it; the old one writes what it stil
 
 Sampling follows Triton: every `rate`-th request the setting sees is traced, while `count` (-1: no
 limit) allows; traces are written every `log_frequency` collected ones to an indexed file (0: all
-into the unindexed file when the setting retires), and all at once when `count` runs out."""
+into the unindexed file when the setting retires), and all at once when `count` runs out (to the
+unindexed file without a log frequency, as Triton 2.51 does)."""
 
 from __future__ import annotations
 
@@ -104,8 +105,8 @@ class TraceSetting:
             if not (count_done or (frequency and len(self._held) >= frequency)):
                 return
             group, self._held = self._held, []
-        if self.file is not None:
-            self.file.save(group, self.timestamps, indexed=True)
+        if self.file is not None:  # Triton 2.51 writes a finished count to F itself without a frequency
+            self.file.save(group, self.timestamps, indexed=frequency != 0)
 
     def retire(self) -> None:
         """Replaced or stopping: write what is held (indexed when log_frequency is set, as Triton)."""
