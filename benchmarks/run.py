@@ -37,6 +37,8 @@ Scenarios (--only names in brackets; benchmarks/NOTES.md says what each measures
                 tcli serve, same run, one request at a time: µs each and the ratio, info.
   11 [cache]     a python model sleeping 5 ms with the response cache on, repeated identical
                 requests (real perf_analyzer, c=4), against add_sub on the same server: >= 0.90.
+  12 [tracing]   add_sub over HTTP at c=4 (real perf_analyzer), Triton's trace file at rate 1000
+                against tracing off, on one tcli server, alternately: >= 0.97.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from benchmarks import (
     soak,
     startup,
     storage,
+    tracing_cost,
 )
 from benchmarks.context import Context
 from benchmarks.harness import Server, Windows, ensure_reference, log, start_tcli, start_triton
@@ -85,6 +88,7 @@ SCENARIOS = (
     "scale",
     "inprocess",
     "cache",
+    "tracing",
 )
 # scenario 5: the server on core 0, each load generator on core 1 (see NOTES.md)
 SERVER_CPUS, CLIENT_CPUS = [0], [1]
@@ -152,6 +156,8 @@ def main() -> None:
             rows += inprocess.rows(ctx)
         if "cache" in chosen:
             rows += cache.rows(ctx)
+        if "tracing" in chosen:
+            rows += tracing_cost.rows(ctx)
     took = time.monotonic() - began
     mode = "--quick" if args.quick else "default"
     # the 1-minute load average before and after: other work on the machine moves every figure

@@ -27,6 +27,8 @@ from server.protocol.shm import SharedMemoryRegistry
 from server.repository.manager import ControlMode, LoadOptions, ModelManager
 from server.scheduling.rate_limiter import RateLimiter, ResourceLimit
 from server.service import InferenceService
+from server.tracing.flags import TraceFlags
+from server.tracing.setup import make_tracer
 
 log = logging.getLogger("tcli.server")
 
@@ -103,6 +105,7 @@ class ServerSettings:
     http_root_cert: str = ""
     # --cache-config local,size=<bytes> / --response-cache-byte-size: the response cache; 0: none
     response_cache_byte_size: int = 0
+    trace: TraceFlags | None = None  # --trace-config and the older --trace-* flags (server/tracing/flags.py)
 
     def grpc_tls(self) -> TlsSettings | None:
         """The gRPC front end's TLS settings; None: plain text."""
@@ -167,6 +170,8 @@ class Server:
             allow_client_shm=settings.allow_client_shm,
             server_id=settings.server_id,
             log_settings=settings.log_settings,
+            trace_values=settings.trace.values if settings.trace else None,
+            tracer=make_tracer(settings.trace),
         )
         # one registry of client shared memory regions, shared by the HTTP and gRPC front ends
         self.shm_registry = SharedMemoryRegistry()
@@ -213,6 +218,7 @@ class Server:
                 self._thread.join(5)
             self._loop = None
         self.manager.shutdown(self.settings.exit_timeout_secs)
+        self.service.tracer.close()  # traces still held are written
 
     def __enter__(self) -> Server:
         return self.start()
@@ -404,6 +410,7 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
         loop.run_until_complete(main())
     finally:
         server.manager.shutdown(settings.exit_timeout_secs)
+        server.service.tracer.close()  # traces still held are written
         loop.close()
     return 0
 

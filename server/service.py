@@ -45,9 +45,11 @@ from server.protocol.messages import (
     TensorMetadata,
     TraceSettingResponse,
 )
+from server.protocol.trace import QUEUE_START
 from server.protocol.types import InferenceRequest, InferenceResponse
 from server.repository.manager import ControlMode, ModelManager
 from server.scheduling.work import ResponseStream
+from server.tracing.manager import TraceManager
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -119,6 +121,8 @@ class InferenceService:
         allow_client_shm: bool = False,
         server_id: str = SERVER_NAME,
         log_settings: LogSettings | None = None,
+        trace_values: dict[str, Any] | None = None,
+        tracer: TraceManager | None = None,
     ) -> None:
         self.manager = manager
         self.strict_readiness = strict_readiness
@@ -131,8 +135,12 @@ class InferenceService:
         self.unready = False
         self.requests_started = 0  # inference requests so far: shows when a balancer stopped sending
         self.log_settings = log_settings or LogSettings()
-        self.trace = TraceSettings()
+        # the settings the server started with: what resetting a global setting (null) goes back to
+        self.trace_startup = dict(trace_values or TRACE_DEFAULTS)
+        self.trace = TraceSettings(dict(self.trace_startup))
         self.model_trace: dict[str, dict[str, Any]] = {}
+        # which requests get a trace (front ends ask it); acts on the settings below
+        self.tracer = tracer or TraceManager(self.trace.values)
 
     # health ----------------------------------------------------------------------------------------
     def live(self) -> bool:
@@ -213,10 +221,18 @@ class InferenceService:
         model, entry = self.manager.resolve(request.model_name, request.model_version)
         config, rules, runner = model.config, model.rules, entry.runner
         cache = self.manager.response_cache
+        trace = request.trace
+        if trace is not None:
+            trace.started(request.model_name, str(entry.version), request.id, request.inputs)
         if entry.ensemble is not None and rules is not None:
             rules.check(request)
-            response = await self._run_ensemble(config, entry, request)
-            return self._finish(model, request, response)
+            if trace is not None:
+                trace.stamp(QUEUE_START)
+            response = self._finish(model, request, await self._run_ensemble(config, entry, request))
+            if trace is not None:
+                trace.responded(response.outputs)
+                trace.ended()
+            return response
         if config is None or rules is None or runner is None:
             raise not_found(f"Request for unknown model: '{request.model_name}' has no available versions")
         if config.model_transaction_policy.decoupled:
@@ -225,12 +241,22 @@ class InferenceService:
                 "(gRPC ModelStreamInfer, HTTP generate_stream)"
             )
         rules.check(request)
-        if cache is not None and _caches(config):  # a hit never reaches the runner
-            run = partial(self._execute, runner, request)
-            result = await cache.serve(request, entry.version, entry, runner.stats, run)
-        else:
-            result = await self._execute(runner, request)
-        return self._finish(model, request, result)
+        try:
+            if cache is not None and _caches(config):  # a hit never reaches the runner
+                run = partial(self._execute, runner, request)
+                result = await cache.serve(request, entry.version, entry, runner.stats, run)
+            else:
+                result = await self._execute(runner, request)
+        except TritonError:
+            if trace is not None:
+                trace.ended()
+            raise
+        if trace is None:
+            return self._finish(model, request, result)
+        response = self._finish(model, request, result)
+        trace.responded(response.outputs)
+        trace.ended()
+        return response
 
     async def _run_ensemble(
         self, config: ModelConfig | None, entry: VersionEntry, request: InferenceRequest
@@ -276,14 +302,23 @@ class InferenceService:
         self.requests_started += 1
         model, entry = self.manager.resolve(request.model_name, request.model_version)
         config, rules, runner = model.config, model.rules, entry.runner
+        trace = request.trace
+        if trace is not None:
+            trace.started(request.model_name, str(entry.version), request.id, request.inputs)
         if entry.ensemble is not None and rules is not None:
             rules.check(request)
+            if trace is not None:
+                trace.stamp(QUEUE_START)
             try:
                 response = await self._run_ensemble(config, entry, request)
             except TritonError as error:
                 yield StreamResponse(None, error, True)
                 return
-            yield StreamResponse(self._finish(model, request, response), None, True)
+            response = self._finish(model, request, response)
+            if trace is not None:
+                trace.responded(response.outputs)
+                trace.ended()
+            yield StreamResponse(response, None, True)
             return
         if config is None or rules is None or runner is None:
             raise not_found(f"Request for unknown model: '{request.model_name}' has no available versions")
@@ -322,8 +357,13 @@ class InferenceService:
                 elif isinstance(answer, TritonError):
                     yield StreamResponse(None, answer, final)
                 else:
-                    yield StreamResponse(self._finish(model, request, answer), None, final)
+                    response = self._finish(model, request, answer)
+                    if trace is not None:
+                        trace.responded(response.outputs)
+                    yield StreamResponse(response, None, final)
                 if final:
+                    if trace is not None:
+                        trace.ended()
                     return
         finally:
             if not stream.finished:
@@ -445,7 +485,9 @@ class InferenceService:
         return LogSettingsResponse(**settings.as_dict())
 
     def trace_settings(self, model: str = "") -> TraceSettingResponse:
-        return TraceSettingResponse(**self._trace_values(model))
+        values = self._trace_values(model)
+        values["trace_count"] = str(self.tracer.count_left(model))  # as Triton: what is left of it
+        return TraceSettingResponse(**values)
 
     def _trace_values(self, model: str) -> dict[str, Any]:
         if model:
@@ -479,8 +521,10 @@ class InferenceService:
             self.manager.get(model)
         merged = self._trace_values(model)
         for key, value in parsed.items():
-            merged[key] = (self.trace.values if model else TRACE_DEFAULTS)[key] if value is None else value
-        if merged["trace_level"] != ["OFF"] and not merged["trace_file"]:
+            merged[key] = (
+                (self.trace.values if model else self.trace_startup)[key] if value is None else value
+            )
+        if merged["trace_level"] != ["OFF"] and not merged["trace_file"] and merged["trace_mode"] == "triton":
             raise invalid_arg("Attempting to set invalid trace setting :trace file name is not given")
         if model:
             overrides = self.model_trace.setdefault(model, {})
@@ -491,7 +535,13 @@ class InferenceService:
                     overrides[key] = value
         else:
             for key, value in parsed.items():
-                self.trace.values[key] = TRACE_DEFAULTS[key] if value is None else value
+                self.trace.values[key] = self.trace_startup[key] if value is None else value
+        models = {
+            m: {k: o.get(k, v) for k, v in self.trace.values.items()}
+            for m, o in self.model_trace.items()
+            if o
+        }
+        self.tracer.apply(self.trace.values, models)
         return self.trace_settings(model)
 
 

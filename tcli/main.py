@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from tcli.commands import infer, model, perf, repo, serve
+from tcli.commands import infer, model, perf, repo, serve, trace
 
 app = typer.Typer(
     name="tcli",
@@ -21,6 +21,7 @@ app = typer.Typer(
 )
 app.add_typer(repo.app, name="repo")
 app.add_typer(model.app, name="model")
+app.add_typer(trace.app, name="trace")
 app.registered_commands += serve.app.registered_commands
 app.registered_commands += infer.app.registered_commands
 app.registered_commands += perf.app.registered_commands

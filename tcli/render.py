@@ -343,3 +343,27 @@ def perf_progress(
             f"{window.latency.percentiles_ns[99] / 1000:.0f} usec",
         )
     return Group(heading, bar, table)
+
+
+def trace_summary_table(files: list[Path], models: list[Any]) -> Table:
+    """`tcli trace summary`: a row per model, p50 / p99 microseconds per phase (tcli/trace/summary.py)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from tcli.trace.summary import PHASE_TITLES, PHASES, percentile_us
+
+    shown = files[0].name if len(files) == 1 else f"{files[0].name} … ({len(files)} files)"
+    table = Table(title=f"Trace summary: {escape(shown)} (p50 / p99, usec)")
+    table.add_column("model", style="bold")
+    table.add_column("traces", justify="right")
+    for phase in PHASES:
+        table.add_column(PHASE_TITLES[phase], justify="right")
+    for model in models:
+        cells = [
+            f"{percentile_us(model.ns[p], 50):.0f} / {percentile_us(model.ns[p], 99):.0f}"
+            if model.ns[p]
+            else "[dim]-[/]"
+            for p in PHASES
+        ]
+        table.add_row(f"{escape(model.model)} (v{model.version})", str(model.traces), *cells)
+    return table

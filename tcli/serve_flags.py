@@ -56,12 +56,6 @@ FLAGS: dict[str, Flag] = {
     "allow-gpu-metrics": Flag("no GPU metrics without a GPU; no effect"),
     "metrics-config": Flag(LATER),
     # tracing, caching, rate limiting
-    "trace-config": Flag(LATER),
-    "trace-file": Flag(LATER),
-    "trace-level": Flag(LATER),
-    "trace-rate": Flag(LATER),
-    "trace-count": Flag(LATER),
-    "trace-log-frequency": Flag(LATER),
     "cache-directory": Flag("tcli's local response cache is built in, not a library; no effect"),
     # memory and devices
     "pinned-memory-pool-byte-size": Flag(GPU),

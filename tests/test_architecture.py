@@ -22,7 +22,14 @@ SERVER_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("front ends", ("server.frontends",)),
     (
         "core service",
-        ("server.service", "server.bls", "server.model_control", "server.classification", "server.logs"),
+        (
+            "server.service",
+            "server.bls",
+            "server.model_control",
+            "server.classification",
+            "server.logs",
+            "server.tracing",
+        ),
     ),
     ("repository", ("server.repository",)),
     ("scheduling", ("server.scheduling", "server.request_checks", "server.stats")),

@@ -52,6 +52,14 @@ DOCUMENTED: dict[str, str] = {
     "onnxruntime": "https://onnxruntime.ai/docs/api/python/api_summary.html",
     "orjson": "https://github.com/ijl/orjson#readme",
     "pandas": "https://pandas.pydata.org/docs/reference/",
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter": (
+        "https://opentelemetry-python.readthedocs.io/en/stable/exporter/otlp/otlp.html"
+    ),
+    "opentelemetry.propagate": "https://opentelemetry-python.readthedocs.io/en/stable/api/propagate.html",
+    "opentelemetry.sdk.resources": "https://opentelemetry-python.readthedocs.io/en/stable/sdk/resources.html",
+    "opentelemetry.sdk.trace": "https://opentelemetry-python.readthedocs.io/en/stable/sdk/trace.html",
+    "opentelemetry.sdk.trace.export": "https://opentelemetry-python.readthedocs.io/en/stable/sdk/trace.export.html",
+    "opentelemetry.trace": "https://opentelemetry-python.readthedocs.io/en/stable/api/trace.html",
     "prometheus_client": "https://prometheus.github.io/client_python/",
     "prometheus_client.core": "https://prometheus.github.io/client_python/collector/custom/",
     "psutil": "https://psutil.readthedocs.io/en/latest/",

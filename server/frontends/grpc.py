@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -41,10 +42,13 @@ from server.protocol.grpc_parameters import model_version
 from server.protocol.restricted import Restrictions
 from server.protocol.shm import SharedMemoryRegistry
 from server.protocol.tensors import SHM_DISABLED, ShmView
+from server.protocol.trace import GRPC_SEND_END, GRPC_SEND_START, GRPC_WAITREAD_END, GRPC_WAITREAD_START
 
 if TYPE_CHECKING:
     from server.frontends.grpc_native import NativeGrpcServerHandle
     from server.frontends.tls import ServerTls
+    from server.protocol.trace import Trace
+    from server.protocol.types import InferenceRequest
     from server.service import InferenceService
 
 log = logging.getLogger("tcli.server.grpc")
@@ -160,26 +164,58 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
             self.service.model_metadata(message.model_name, version)
 
     async def ModelInfer(self, request: Any, context: aio.ServicerContext) -> Any:
+        waited = time.monotonic_ns() if self.service.tracer.enabled else 0  # GRPC_WAITREAD_START, if traced
+        trace = None
         try:
             if self.service.is_decoupled(request.model_name):
                 raise TritonError(ErrorCode.UNSUPPORTED, DECOUPLED_MODEL_INFER)
             infer_request, _ = self._decode(request)
+            if waited:
+                trace = self._trace(infer_request, context, waited)
             response = await self.service.infer(infer_request)
-            return codec.encode_infer_response(response, infer_request.outputs, self._shm_view)
+            if trace is None:
+                return codec.encode_infer_response(response, infer_request.outputs, self._shm_view)
+            sending = time.monotonic_ns()
+            encoded = codec.encode_infer_response(response, infer_request.outputs, self._shm_view)
+            trace.sent(GRPC_SEND_START, GRPC_SEND_END, sending)
+            return encoded
         except TritonError as error:
             await context.abort(_STATUS[error.code], error.message)
         except Exception as exc:
             log.exception("unexpected error in ModelInfer")
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+        finally:
+            if trace is not None:
+                trace.finish()
 
-    async def _answers(self, message: Any, decoupled: bool) -> AsyncGenerator[_Answer, None]:
+    def _trace(self, request: InferenceRequest, context: aio.ServicerContext, waited: int) -> Trace | None:
+        """The request's trace when it is sampled: the client's traceparent metadata continued, its
+        wait and read stamped (from the servicer's start: the transport has read the message by then)."""
+        parent = next((str(v) for k, v in (context.invocation_metadata() or ()) if k == "traceparent"), "")
+        trace = self.service.tracer.sample(request.model_name, parent)
+        if trace is not None:
+            trace.stamp(GRPC_WAITREAD_START, waited)
+            trace.stamp(GRPC_WAITREAD_END)
+            request.trace = trace
+        return trace
+
+    async def _answers(
+        self, message: Any, decoupled: bool, context: aio.ServicerContext
+    ) -> AsyncGenerator[_Answer, None]:
         """The stream messages answering one ModelInferRequest, as the model sends its responses."""
+        waited = time.monotonic_ns() if self.service.tracer.enabled else 0
+        trace = None
         try:
             request, empty_final = self._decode(message)
+            if waited:
+                trace = self._trace(request, context, waited)
             async with contextlib.aclosing(self.service.infer_stream(request)) as items:
                 async for item in items:
                     if item.response is not None:
+                        sending = 0 if trace is None else time.monotonic_ns()
                         encoded = codec.encode_infer_response(item.response, request.outputs, self._shm_view)
+                        if trace is not None:
+                            trace.sent(GRPC_SEND_START, GRPC_SEND_END, sending)
                         yield codec.stream_response(encoded, item.final), None
                     elif item.error is not None:
                         yield (
@@ -203,6 +239,9 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
             log.exception("unexpected error in ModelStreamInfer")
             failure = TritonError(ErrorCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
             yield codec.stream_error(failure.message, message.id), failure
+        finally:
+            if trace is not None:
+                trace.finish()
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Any], context: aio.ServicerContext
@@ -236,13 +275,13 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
                 out.put_nowait(None)
 
         async def decoupled(message: Any) -> None:
-            async with contextlib.aclosing(self._answers(message, True)) as answers:
+            async with contextlib.aclosing(self._answers(message, True, context)) as answers:
                 async for answer in answers:
                     out.put_nowait(answer)
 
         async def in_order(message: Any, slot: asyncio.Future[list[_Answer]]) -> None:
             try:
-                async with contextlib.aclosing(self._answers(message, False)) as answers:
+                async with contextlib.aclosing(self._answers(message, False, context)) as answers:
                     slot.set_result([answer async for answer in answers])
             finally:
                 if not slot.done():

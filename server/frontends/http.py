@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
@@ -58,6 +59,7 @@ from server.protocol.json_response import encode_response
 from server.protocol.restricted import Restrictions
 from server.protocol.shm import SharedMemoryRegistry
 from server.protocol.tensors import SHM_DISABLED, ShmView
+from server.protocol.trace import HTTP_RECV_END, HTTP_RECV_START, HTTP_SEND_END, HTTP_SEND_START
 
 if TYPE_CHECKING:
     from server.service import InferenceService, StreamResponse
@@ -115,6 +117,7 @@ class HttpFrontend:
         self._owns_shm = shm_registry is None
         self.shm = SharedMemoryRegistry() if shm_registry is None else shm_registry
         self._shm_view: ShmView | None = self.shm.view if allow_client_shm else None
+        self.tracer = service.tracer
 
     # ASGI ------------------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -199,10 +202,20 @@ class HttpFrontend:
         if headers.content_length > limit:
             raise too_large(headers.content_length, limit, headers.header_length is None)
         body = await read_body(receive, limit, headers.header_length is None)
-        payload, response_headers = await unless_disconnected(
-            receive, self._infer_body(model, version, headers, body)
-        )
+        try:
+            payload, response_headers = await unless_disconnected(
+                receive, self._infer_body(model, version, headers, body)
+            )
+        except BaseException:
+            if headers.trace is not None:  # a failed request's trace is written too, as Triton's
+                headers.trace.finish()
+            raise
+        trace = headers.trace
+        sending = 0 if trace is None else time.monotonic_ns()
         await respond(send, 200, payload, response_headers)
+        if trace is not None:
+            trace.sent(HTTP_SEND_START, HTTP_SEND_END, sending)
+            trace.finish()
 
     def infer_target(self, path: bytes) -> tuple[str, str] | None:
         """(model, version) when `path` (a request target without query) is POST-able inference."""
@@ -235,6 +248,7 @@ class HttpFrontend:
         self, model: str, version: str, headers: InferHeaders, body: bytes | bytearray
     ) -> tuple[bytes, list[tuple[bytes, bytes]]]:
         limit = self.max_input_size
+        received = time.monotonic_ns() if self.tracer.enabled else 0  # HTTP_RECV_END, if traced
         if headers.content_encoding and headers.content_encoding != b"identity":
             encoding = headers.content_encoding.decode("latin-1").strip().lower()
             if encoding not in ("gzip", "deflate"):
@@ -270,6 +284,12 @@ class HttpFrontend:
                 ErrorCode.UNSUPPORTED,
                 "HTTP end point doesn't support models with decoupled transaction policy",
             )
+        if received:
+            trace = self.tracer.sample(model, headers.traceparent.decode("latin-1"))
+            if trace is not None:
+                trace.stamp(HTTP_RECV_START, headers.began_ns or received)
+                trace.stamp(HTTP_RECV_END, received)
+                headers.trace = request.trace = trace
         response = await self.service.infer(request)
         payload, json_length = encode_response(response, request.outputs, binary_default, shm=self._shm_view)
         if json_length is None:

@@ -6,7 +6,10 @@ the front end can be served by any transport and the transport by any app."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from server.protocol.trace import Trace
 
 
 @dataclass(slots=True)
@@ -17,6 +20,9 @@ class InferHeaders:
     header_length: bytes | None = None  # Inference-Header-Content-Length, as sent
     content_encoding: bytes = b""
     accept_encoding: bytes = b""
+    traceparent: bytes = b""  # a client's W3C trace context (OpenTelemetry tracing continues it)
+    began_ns: int = 0  # when its head was read, taken only while tracing is on
+    trace: Trace | None = None  # the request's trace, when it was sampled: the transport ends it
 
     @classmethod
     def of(cls, headers: list[tuple[bytes, bytes]]) -> InferHeaders:
@@ -31,6 +37,8 @@ class InferHeaders:
                 found.content_encoding = value
             elif key == b"accept-encoding":
                 found.accept_encoding = value
+            elif key == b"traceparent":
+                found.traceparent = value
         return found
 
 
@@ -43,6 +51,10 @@ def carries(headers: list[tuple[bytes, bytes]], required: tuple[bytes, bytes]) -
     return False
 
 
+class Switch(Protocol):
+    enabled: bool
+
+
 class DirectInference(Protocol):
     """An app that answers a whole inference request outside ASGI."""
 
@@ -50,6 +62,10 @@ class DirectInference(Protocol):
     # (header, value) every inference request must carry (--http-restricted-api=inference:...), or
     # None; a request without it goes through ASGI, whose route answers the refusal
     restricted_inference: tuple[bytes, bytes] | None
+
+    @property
+    def tracer(self) -> Switch:
+        """Tracing on anywhere: worth timing a request's head."""
 
     def infer_target(self, path: bytes) -> tuple[str, str] | None:
         """(model, version) when `path` (a request target without query) is POST-able inference."""

@@ -10,6 +10,8 @@ fast path does not take, goes to the ASGI app.
 
 from __future__ import annotations
 
+import time
+
 from server.frontends.http_direct import DirectInference, InferHeaders, carries
 from server.frontends.http_wire import HEAD_END, STATUS_LINE
 from server.frontends.http_writer import COPY_LIMIT
@@ -51,6 +53,8 @@ def fast_cycle(app: DirectInference, target: bytes, headers: list[tuple[bytes, b
     found = InferHeaders.of(headers)
     if not 0 <= found.content_length <= min(FAST_BODY_LIMIT, app.max_input_size):
         return None  # chunked, or large: ASGI streams it and checks its size as it comes
+    if app.tracer.enabled:  # HTTP_RECV_START, should the request be traced
+        found.began_ns = time.monotonic_ns()
     return FastCycle(route[0], route[1], found)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from typing import Any, cast
 from urllib.parse import unquote
@@ -29,6 +30,7 @@ from server.frontends.http_limits import ConnectionLimits
 from server.frontends.http_turns import TurnOrder
 from server.frontends.http_wire import plain_response
 from server.frontends.http_writer import ResponseWriter
+from server.protocol.trace import HTTP_SEND_END, HTTP_SEND_START
 
 log = logging.getLogger("tcli.server.http")
 
@@ -451,9 +453,18 @@ class HttpProtocol(asyncio.Protocol):
             log.exception("answering POST .../%s/infer failed", cycle.model)
             response, rest = plain_response(500, "Internal Server Error"), b""
             cycle.keep_alive = False
+        trace = cycle.headers.trace
         if cycle.disconnected:
+            if trace is not None:
+                trace.finish()
             return
-        self.writer.write_response(response, rest)
+        if trace is None:
+            self.writer.write_response(response, rest)
+        else:
+            sending = time.monotonic_ns()
+            self.writer.write_response(response, rest)
+            trace.sent(HTTP_SEND_START, HTTP_SEND_END, sending)
+            trace.finish()
         cycle.response_complete = True
         if not cycle.keep_alive:
             self.close()

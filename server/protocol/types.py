@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
+    from server.protocol.trace import Trace
+
 
 @dataclass(slots=True)
 class Tensor:
@@ -39,6 +41,8 @@ class InferenceRequest:
     # a python model running it sees is_cancelled(). Set through cancel().
     cancelled: bool = False
     _on_cancel: list[Callable[[], None]] | None = field(default=None, repr=False, compare=False)
+    # its trace when the request was sampled for tracing (server/protocol/trace.py), else None
+    trace: Trace | None = field(default=None, repr=False, compare=False)
 
     def cancel(self) -> None:
         """The client went away: mark the request and tell whoever asked (an instance process)."""

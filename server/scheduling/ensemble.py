@@ -18,6 +18,7 @@ from server.protocol.types import InferenceRequest, InferenceResponse, Requested
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+    from server.protocol.trace import Trace
     from server.stats import ModelStats
 
 Infer = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
@@ -81,7 +82,7 @@ class EnsembleSchedule:
                     f"ensemble '{self.name}' cannot run: tensors {', '.join(missing)} are never produced"
                 )
             results = await asyncio.gather(
-                *(self._step(i, tensors, request.id, passed, infer) for i in ready)
+                *(self._step(i, tensors, request.id, passed, infer, request.trace) for i in ready)
             )
             for produced in results:
                 tensors.update(produced)
@@ -97,6 +98,7 @@ class EnsembleSchedule:
         request_id: str,
         parameters: dict[str, object],
         infer: Infer,
+        trace: Trace | None,
     ) -> dict[str, Tensor]:
         model, model_version, input_map, output_map = self.steps[index]
         inputs = [
@@ -111,6 +113,8 @@ class EnsembleSchedule:
             [RequestedOutput(o) for o in output_map],
             dict(parameters),
         )
+        if trace is not None:  # each step's request is traced as the ensemble's child
+            step_request.trace = trace.child()
         try:
             response = await infer(step_request)
         except TritonError as error:

@@ -299,6 +299,8 @@ class ModelRunner:
         start = time.monotonic_ns()
         for item in batch:
             item.started_ns, item.instance = start, index
+            if item.request.trace is not None:
+                item.request.trace.computing(item.enqueued_ns, start)
         try:
             requests = [item.request for item in batch]
             io = self._batch_io
@@ -356,6 +358,8 @@ class ModelRunner:
         start = time.monotonic_ns()
         for item in batch:
             item.started_ns, item.instance = start, index
+            if item.request.trace is not None:
+                item.request.trace.computing(item.enqueued_ns, start)
         return start, [_Channel(item, self) for item in batch]
 
     def settle(
@@ -375,6 +379,8 @@ class ModelRunner:
                 result = self._reschedule(item, result)
                 if result is None:
                     continue
+            if item.request.trace is not None:  # a python model's inputs and outputs are its own
+                item.request.trace.computed(start, end)
             if isinstance(result, TritonError):
                 self.stats.record_failure(end - item.enqueued_ns, "BACKEND")
                 item.complete(result)
@@ -419,6 +425,8 @@ class ModelRunner:
             self.stats.record_success(
                 item.rows, end - item.enqueued_ns, start - item.enqueued_ns, input_ns, infer_ns, output_ns
             )
+            if item.request.trace is not None:
+                item.request.trace.computed(infer_start, infer_end)
             item.complete(response)
 
     def fail(self, batch: list[WorkItem], error: TritonError) -> None:
@@ -433,6 +441,8 @@ class ModelRunner:
             if self._pads and isinstance(item, NullItem):
                 continue
             self.stats.record_failure(end - item.enqueued_ns, "BACKEND")
+            if item.request.trace is not None and item.started_ns:
+                item.request.trace.execution_failed()
             item.complete(error)
 
     # the log -----------------------------------------------------------------------------------------

@@ -246,6 +246,25 @@ def serve(
     response_cache_byte_size: Annotated[
         str | None, typer.Option(help="Deprecated in Triton: the same as --cache-config local,size=<bytes>.")
     ] = None,
+    trace_config: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Tracing, repeatable: [<mode>,]<setting>=<value>, e.g. triton,file=/tmp/trace.json, "
+            "level=TIMESTAMPS, rate=1, count=100, triton,log-frequency=50, mode=opentelemetry, "
+            "opentelemetry,url=http://host:4318/v1/traces, opentelemetry,resource=service.name=tcli."
+        ),
+    ] = None,
+    trace_file: Annotated[
+        str | None, typer.Option(help="Deprecated form of --trace-config triton,file=.")
+    ] = None,
+    trace_level: Annotated[
+        list[str] | None, typer.Option(help="Deprecated form of --trace-config level=.")
+    ] = None,
+    trace_rate: Annotated[str | None, typer.Option(help="Deprecated form of --trace-config rate=.")] = None,
+    trace_count: Annotated[str | None, typer.Option(help="Deprecated form of --trace-config count=.")] = None,
+    trace_log_frequency: Annotated[
+        str | None, typer.Option(help="Deprecated form of --trace-config triton,log-frequency=.")
+    ] = None,
     repoagent_directory: Annotated[
         list[Path] | None,
         typer.Option(help="Folder of repository agents (NAME/agent.py); repeatable."),
@@ -276,6 +295,7 @@ def serve(
     from server.repository.manager import ControlMode
     from server.repository.storage.location import parse_location
     from server.scheduling import rate_limiter
+    from server.tracing.flags import TraceFlagError, read_trace_flags
     from tcli import serve_flags
 
     try:
@@ -307,6 +327,17 @@ def serve(
         limited = rate_limiter.parse_rate_limit(rate_limit)
         resources = [rate_limiter.parse_resource(value) for value in rate_limit_resource or []]
     except rate_limiter.RateLimitFlagError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        trace = read_trace_flags(
+            trace_config or [],
+            trace_file=trace_file,
+            trace_level=trace_level,
+            trace_rate=trace_rate,
+            trace_count=trace_count,
+            trace_log_frequency=trace_log_frequency,
+        )
+    except TraceFlagError as exc:
         raise CliError(str(exc)) from None
     log_settings = logs.LogSettings(
         log_file=log_file,
@@ -393,6 +424,7 @@ def serve(
         http_server_key=http_server_key,
         http_root_cert=http_root_cert,
         response_cache_byte_size=cache,
+        trace=trace,
     )
     try:
         code = run(settings, on_started=_print_startup)

@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ class App:
 
     max_input_size = 1 << 20
     restricted_inference = None
+    tracer = SimpleNamespace(enabled=False)  # no tracing
 
     def __init__(self) -> None:
         self.events: list[str] = []

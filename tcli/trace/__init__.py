@@ -1,0 +1,1 @@
+"""`tcli trace`: reading Triton's trace files (`summary`: per-model phase times; `plot`: its chart)."""
