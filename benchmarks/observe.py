@@ -4,7 +4,8 @@ While a tool runs, a thread samples every PERIOD: the tool's CPU time (its proce
 psutil), the server's CPU time (the same) and the model's `inference_count` from the statistics
 extension. The steady part of the run (load on, start-up and tear-down trimmed) gives the ground
 truth (inferences/s the server completed), each side's utilisation (% of one core) and CPU per
-inference. A tool at ~100% of its core is the bottleneck, not the server.
+inference. A tool at ~100% of its core is the bottleneck, not the server. `counts` reads a model's
+inference and execution counts, whose differences over a run give its mean executed batch size.
 """
 
 from __future__ import annotations
@@ -58,10 +59,38 @@ class _Tree:
         return sum(self.seen.values())
 
 
-def inference_count(stats_url: str) -> int:
+@dataclass(frozen=True)
+class Counts:
+    """A model's statistics counters, summed over its versions: requests' inferences (a batch of n
+    counts n) and executions (a batch counts 1)."""
+
+    inferences: int
+    executions: int
+
+    def __add__(self, other: Counts) -> Counts:
+        return Counts(self.inferences + other.inferences, self.executions + other.executions)
+
+    def __sub__(self, earlier: Counts) -> Counts:
+        return Counts(self.inferences - earlier.inferences, self.executions - earlier.executions)
+
+    @property
+    def mean_batch(self) -> float | None:
+        """The mean executed batch size; None when nothing was executed."""
+        return self.inferences / self.executions if self.executions > 0 else None
+
+
+def counts(stats_url: str) -> Counts:
+    """`GET /v2/models/<model>/stats` (the statistics extension, both servers)."""
     with urllib.request.urlopen(stats_url, timeout=2) as response:
         stats = json.load(response)["model_stats"]
-    return sum(int(entry["inference_count"]) for entry in stats)
+    return Counts(
+        sum(int(entry["inference_count"]) for entry in stats),
+        sum(int(entry["execution_count"]) for entry in stats),
+    )
+
+
+def inference_count(stats_url: str) -> int:
+    return counts(stats_url).inferences
 
 
 class Watch:
