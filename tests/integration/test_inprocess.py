@@ -39,8 +39,13 @@ MODELS = [
 WAIT = 60.0  # seconds a test waits for an answer before failing
 
 
+# ports other tests in this pytest process left listening before this module's server started
+_OTHERS: set[int] = set()
+
+
 @pytest.fixture(scope="module")
 def embedded() -> Iterator[tritonserver.Server]:
+    _OTHERS.update(listening_ports())
     server = tritonserver.Server(
         model_repository=str(REPO),
         model_control_mode=tritonserver.ModelControlMode.EXPLICIT,
@@ -382,7 +387,9 @@ def test_cancel_ends_a_stream_with_a_cancelled_error(embedded: tritonserver.Serv
 
 # sockets and life ------------------------------------------------------------------------------------
 def listening_ports() -> set[int]:
-    return {c.laddr.port for c in psutil.Process().net_connections("inet") if c.status == psutil.CONN_LISTEN}
+    """This process's listening ports, less those other tests had open before this module began."""
+    ports = {c.laddr.port for c in psutil.Process().net_connections("inet") if c.status == psutil.CONN_LISTEN}
+    return ports - _OTHERS
 
 
 def test_no_socket_unless_asked(embedded: tritonserver.Server, tmp_path: Path) -> None:

@@ -96,6 +96,7 @@ def otel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Rec
     finally:
         server.stop()
         receiver.server.shutdown()
+        receiver.server.server_close()  # the listening socket too, not only the serving loop
 
 
 def _events(span: Any) -> list[str]:
