@@ -24,6 +24,7 @@ from server.logs import LogSettings
 from server.protocol.restricted import Restriction
 from server.protocol.shm import SharedMemoryRegistry
 from server.repository.manager import ControlMode, LoadOptions, ModelManager
+from server.scheduling.latency_summary import MetricsConfig
 from server.service import InferenceService
 
 log = logging.getLogger("tcli.server")
@@ -78,6 +79,7 @@ class ServerSettings:
     metrics_address: str | None = None  # None: `host`
     metrics_interval_ms: float = 2000.0
     allow_cpu_metrics: bool = True
+    metrics_config: MetricsConfig = field(default_factory=MetricsConfig)  # --metrics-config
     log_settings: LogSettings | None = None
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)  # --backend-config
     # --http-restricted-api, --grpc-restricted-protocol: group -> the header and value its calls must
@@ -148,6 +150,8 @@ class Server:
                 backend_config=settings.backend_config,
             ),
         )
+        if settings.metrics_config.summary_latencies:  # every version's statistics keep summaries
+            self.manager.stats.summary_quantiles = settings.metrics_config.summary_quantiles
         self.service = InferenceService(
             self.manager,
             strict_readiness=settings.strict_readiness,
@@ -266,6 +270,7 @@ class Server:
                 settings.metrics_interval_ms,
                 cpu_metrics=settings.allow_cpu_metrics,
                 custom=METRICS.collect,  # python models' pb_utils.MetricFamily families
+                config=settings.metrics_config,
             )
             handle = await serve_http(
                 metrics,
