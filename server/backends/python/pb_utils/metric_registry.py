@@ -79,7 +79,7 @@ class MetricRegistry:
     """Every custom metric family python models created and still hold. Thread-safe."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a Metric dropped by the GC while the lock is held releases here
         self._families: dict[str, _FamilyState] = {}
 
     # used by MetricFamily / Metric ----------------------------------------------------------------
