@@ -72,6 +72,8 @@ instance_group [ { count: 2 kind: KIND_CPU } ]
 # each refusal Triton 2.51's python backend makes, tried in a process; the texts are the answer
 REFUSALS = """
 import json
+import threading
+import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -91,6 +93,8 @@ class TritonPythonModel:
         self.counter = self.counter_family.Metric(labels={})
         self.histogram_family = kinds("tcli_it_refusal_sizes", "x", kinds.HISTOGRAM)
         self.histogram = self.histogram_family.Metric(labels={}, buckets=[1.0])
+        self.background_family = kinds("tcli_it_background", "x", kinds.GAUGE)
+        self.background = self.background_family.Metric(labels={})
         self.texts = {
             "invalid family name": attempt(lambda: kinds("1bad", "x", kinds.COUNTER)),
             "other kind": attempt(lambda: kinds("tcli_it_refusals_total", "x", kinds.GAUGE)),
@@ -105,7 +109,13 @@ class TritonPythonModel:
             "buckets on a counter": attempt(lambda: self.counter_family.Metric(labels={}, buckets=[1.0])),
         }
 
+    def later(self):
+        time.sleep(0.2)  # background work: the process sends nothing else afterwards
+        self.background.set(42)
+
     def execute(self, requests):
+        if pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy()[0] == 2.0:
+            threading.Thread(target=self.later).start()
         if pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy()[0] == 1.0:
             # asked of tcli only: real Triton 2.51 sometimes aborts (boost lock_exception) on it
             family = pb_utils.MetricFamily("tcli_it_deleted", "x", pb_utils.MetricFamily.COUNTER)
@@ -170,10 +180,10 @@ def _infer_counted(http_address: str, grpc_address: str) -> list[float]:
     return seen
 
 
-def _refusals(http_address: str, deleted_family: bool = False) -> dict[str, str]:
+def _refusals(http_address: str, deleted_family: bool = False, value: float = 0.0) -> dict[str, str]:
     client = httpclient.InferenceServerClient(http_address)
     tensor = httpclient.InferInput("IN", [1], "FP32")
-    tensor.set_data_from_numpy(np.array([1.0 if deleted_family else 0.0], dtype=np.float32))
+    tensor.set_data_from_numpy(np.array([1.0 if deleted_family else value], dtype=np.float32))
     texts: dict[str, str] = json.loads(client.infer("refusals", [tensor]).as_numpy("TEXTS")[0])
     return texts
 
@@ -242,6 +252,17 @@ def test_refusals_are_tritons(server: Server) -> None:
     }
 
 
+def test_an_update_made_between_requests_is_flushed_without_one(server: Server) -> None:
+    _refusals(f"127.0.0.1:{server.http_port}", value=2.0)  # starts a thread that sets the gauge later
+    port = server.metrics_port or 0
+
+    def background() -> float:
+        samples = _custom(_scrape(port))["tcli_it_background"][1]
+        return samples[("tcli_it_background", frozenset())]
+
+    wait_until(lambda: background() == 42, "the background thread's gauge to reach /metrics")
+
+
 def test_promtool_reads_the_forwarded_families(server: Server) -> None:
     _infer_counted(f"127.0.0.1:{server.http_port}", f"127.0.0.1:{server.grpc_port}")
     assert server.metrics_port is not None
@@ -291,6 +312,6 @@ def test_an_unloaded_models_families_are_gone(server: Server) -> None:
     client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
     client.unload_model("counted")
     wait_until(lambda: "tcli_it_calls" not in _custom(_scrape(port)), "the unloaded model's families to go")
-    assert set(_custom(_scrape(port))) == {"tcli_it_refusals", "tcli_it_refusal_sizes"}
+    assert set(_custom(_scrape(port))) == {"tcli_it_refusals", "tcli_it_refusal_sizes", "tcli_it_background"}
     client.unload_model("refusals")
     wait_until(lambda: not _custom(_scrape(port)), "every unloaded model's families to go")
