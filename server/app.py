@@ -25,6 +25,7 @@ from server.logs import LogSettings
 from server.protocol.restricted import Restriction
 from server.protocol.shm import SharedMemoryRegistry
 from server.repository.manager import ControlMode, LoadOptions, ModelManager
+from server.scheduling.latency_summary import MetricsConfig
 from server.scheduling.rate_limiter import RateLimiter, ResourceLimit
 from server.service import InferenceService
 from server.tracing.flags import TraceFlags
@@ -83,6 +84,7 @@ class ServerSettings:
     metrics_address: str | None = None  # None: `host`
     metrics_interval_ms: float = 2000.0
     allow_cpu_metrics: bool = True
+    metrics_config: MetricsConfig = field(default_factory=MetricsConfig)  # --metrics-config
     log_settings: LogSettings | None = None
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)  # --backend-config
     rate_limit: bool = False  # --rate-limit=execution_count (True) or off
@@ -164,6 +166,8 @@ class Server:
             from server.scheduling.response_cache import ResponseCache
 
             self.manager.response_cache = ResponseCache(settings.response_cache_byte_size)
+        if settings.metrics_config.summary_latencies:  # every version's statistics keep summaries
+            self.manager.stats.summary_quantiles = settings.metrics_config.summary_quantiles
         self.service = InferenceService(
             self.manager,
             strict_readiness=settings.strict_readiness,
@@ -285,6 +289,7 @@ class Server:
                 settings.metrics_interval_ms,
                 cpu_metrics=settings.allow_cpu_metrics,
                 custom=METRICS.collect,  # python models' pb_utils.MetricFamily families
+                config=settings.metrics_config,
             )
             handle = await serve_http(
                 metrics,

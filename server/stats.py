@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from server.protocol.messages import InferBatchStatistics, InferStatistics, ModelStatistics, StatisticDuration
+from server.scheduling.latency_summary import LatencySummaries
 
 
 @dataclass
@@ -55,6 +56,8 @@ class ModelStats:
         default_factory=dict
     )  # reason -> count, for nv_inference_request_failure
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # --metrics-config summary_latencies=true: each success observed (server/scheduling/latency_summary.py)
+    summaries: LatencySummaries | None = field(default=None, repr=False)
 
     def record_execution(self, batch_rows: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         with self._lock:
@@ -77,6 +80,8 @@ class ModelStats:
             self.compute_output.add(output_ns)
             self.inference_count += rows
             self.last_inference_ms = int(time.time() * 1000)
+        if self.summaries is not None:
+            self.summaries.observe(total_ns, queue_ns, input_ns, infer_ns, output_ns)
 
     def record_cache_hit(self, total_ns: int, lookup_ns: int) -> None:
         """A request answered from the response cache: a success and a queue entry of no time, as in

@@ -54,7 +54,6 @@ FLAGS: dict[str, Flag] = {
     "vertex-ai-default-model": Flag("the Vertex AI front end is not implemented by tcli; no effect"),
     # metrics
     "allow-gpu-metrics": Flag("no GPU metrics without a GPU; no effect"),
-    "metrics-config": Flag(LATER),
     # tracing, caching, rate limiting
     "cache-directory": Flag("tcli's local response cache is built in, not a library; no effect"),
     # memory and devices

@@ -25,6 +25,10 @@ counter also has `reason` = REJECTED | CANCELED | BACKEND | OTHER, all four alwa
     nv_cpu_memory_used_bytes                gauge    host RAM in use (total - available, as Triton)
     nv_cache_util, nv_cache_num_*, ...      gauge    the whole response cache, when the server has one
 
+With `--metrics-config counter_latencies=false` the five *_duration_us counters are left out; with
+`summary_latencies=true` Triton's five *_summary_us summaries follow the host gauges
+(`server/frontends/latency_metrics.py`).
+
 tcli's additions, also per model version:
 
     tcli_inference_batch_size               histogram  rows per model execution (Triton's batch_stats
@@ -76,7 +80,9 @@ import psutil
 from server.frontends.cache_metrics import per_model_families, whole_cache_families
 from server.frontends.custom_metrics import CustomFamilies, custom_families
 from server.frontends.http_asgi_io import Receive, Scope, Send, lifespan
+from server.frontends.latency_metrics import summary_families
 from server.repository.models import ModelState
+from server.scheduling.latency_summary import MetricsConfig
 from server.stats import ModelStats
 
 if TYPE_CHECKING:
@@ -294,9 +300,9 @@ def _us(duration: dict[str, int]) -> int:
     return duration["ns"] // 1000
 
 
-def model_families(versions: list[VersionSnapshot]) -> Iterator[Metric]:
+def model_families(versions: list[VersionSnapshot], counter_latencies: bool = True) -> Iterator[Metric]:
     """Triton's per-model families, in Triton's order; without loaded versions there are none (Triton
-    leaves out families without series)."""
+    leaves out families without series); the duration counters only with `counter_latencies`."""
     from prometheus_client.core import GaugeMetricFamily
 
     if not versions:
@@ -314,7 +320,7 @@ def model_families(versions: list[VersionSnapshot]) -> Iterator[Metric]:
         exec_count.add_sample(_EXEC_COUNT[0], key, row.stats["execution_count"])
     yield from (success, failure, count, exec_count)
 
-    for name, documentation, field in _DURATIONS:
+    for name, documentation, field in _DURATIONS if counter_latencies else ():
         family = _counter(name, documentation)
         for row in versions:
             key = {"model": row.model, "version": row.version}
@@ -383,7 +389,9 @@ class TritonCollector:
         cpu: CpuSampler | None = None,
         cpu_metrics: bool = True,
         custom: CustomFamilies | None = None,
+        config: MetricsConfig | None = None,
     ) -> None:
+        self.config = config or MetricsConfig()  # --metrics-config
         self.manager = manager
         self.cpu = cpu or CpuSampler()
         self.cpu_metrics = cpu_metrics  # --allow-cpu-metrics
@@ -392,9 +400,10 @@ class TritonCollector:
     def collect(self) -> Iterable[Metric]:
         versions = snapshot(self.manager)
         return [
-            *model_families(versions),
+            *model_families(versions, self.config.counter_latencies),
             *(host_families(self.cpu) if self.cpu_metrics else ()),
             *whole_cache_families(cache.summary() if (cache := self.manager.response_cache) else None),
+            *summary_families(self.manager.stats, [(row.model, row.version) for row in versions]),
             *batch_size_families(versions),
             *ready_families(self.manager),
             *(custom_families(self.custom()) if self.custom is not None else ()),
@@ -444,10 +453,11 @@ def metrics_text(
     cpu: CpuSampler | None = None,
     cpu_metrics: bool = True,
     custom: CustomFamilies | None = None,
+    config: MetricsConfig | None = None,
 ) -> bytes:
     """The /metrics body for `manager` right now. Without `cpu`, CPU utilisation is measured with a
     process-wide sampler (since its first use); the metrics app keeps its own, started with it."""
-    return render(TritonCollector(manager, cpu or _shared_cpu(), cpu_metrics, custom).collect())
+    return render(TritonCollector(manager, cpu or _shared_cpu(), cpu_metrics, custom, config).collect())
 
 
 # ------------------------------------------------------------------------------------------ ASGI app
@@ -460,12 +470,13 @@ def create_metrics_app(
     *,
     cpu_metrics: bool = True,
     custom: CustomFamilies | None = None,
+    config: MetricsConfig | None = None,
 ) -> ASGIApp:
     """A raw ASGI app for the metrics port: GET (or HEAD) /metrics answers the exposition text; other
     methods on /metrics answer 405, every other path 404. `metrics_interval_ms` is tritonserver's
     --metrics-interval-ms: CPU utilisation is refreshed at most every half of it; `cpu_metrics`
     (--allow-cpu-metrics) keeps the host CPU and memory gauges; `custom` gives python models' own
-    families."""
+    families; `config` is --metrics-config."""
     cpu = CpuSampler(window_s=max(metrics_interval_ms, 0) / 2000)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -482,7 +493,7 @@ def create_metrics_app(
                 send, 405, b"Method Not Allowed\n", "text/plain; charset=utf-8", [(b"allow", b"GET, HEAD")]
             )
         else:
-            body = metrics_text(manager, cpu, cpu_metrics, custom)
+            body = metrics_text(manager, cpu, cpu_metrics, custom, config)
             await _respond(send, 200, body, CONTENT_TYPE, head=method == "HEAD")
 
     return app

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from server.scheduling.latency_summary import LatencySummaries, Quantiles
 from server.stats import ModelStats
 
 if TYPE_CHECKING:
@@ -62,10 +63,14 @@ class StatsBook:
     """Statistics per (model, version), kept across reloads as Triton keeps them."""
 
     by_version: dict[tuple[str, int], ModelStats] = field(default_factory=dict)
+    # --metrics-config summary_latencies=true: the quantiles each version's latency summaries report
+    summary_quantiles: Quantiles | None = None
 
     def get(self, name: str, version: int) -> ModelStats:
         key = (name, version)
         stats = self.by_version.get(key)
         if stats is None:
             stats = self.by_version[key] = ModelStats(name, str(version))
+            if self.summary_quantiles is not None:
+                stats.summaries = LatencySummaries(self.summary_quantiles)
         return stats

@@ -14,6 +14,7 @@ from tcli.errors import CliError
 
 if TYPE_CHECKING:
     from server.app import Server
+    from server.scheduling.latency_summary import MetricsConfig
 
 app = typer.Typer()
 
@@ -221,6 +222,13 @@ def serve(
             metavar="BOOLEAN", help="Let clients register system shared memory (off, as in current Triton)."
         ),
     ] = "false",
+    metrics_config: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="<setting>=<value> (repeatable): summary_latencies=true, "
+            "summary_quantiles=0.5:0.05,0.9:0.01, counter_latencies=false."
+        ),
+    ] = None,
     backend_config: Annotated[
         list[str] | None,
         typer.Option(
@@ -406,6 +414,7 @@ def serve(
         backend_config=_backend_config(backend_config or []),
         rate_limit=limited,
         rate_limit_resources=resources,
+        metrics_config=_metrics_config(metrics_config or []),
         repoagent_directories=list(repoagent_directory or []),
         backend_directory=backend_directory,
         http_restricted_api=http_restrictions,
@@ -449,6 +458,16 @@ def _positive(name: str, value: float, most: float | None = None) -> float:
     if most is not None and value > most:
         raise CliError(f"--{name} must be at most {int(most)}, got {shown}")
     return value
+
+
+def _metrics_config(values: list[str]) -> MetricsConfig:
+    from server.protocol.errors import TritonError
+    from server.scheduling.latency_summary import parse_metrics_config
+
+    try:
+        return parse_metrics_config(values)
+    except TritonError as error:
+        raise CliError(error.message) from None
 
 
 def _backend_config(values: list[str]) -> dict[str, dict[str, str]]:

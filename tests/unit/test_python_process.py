@@ -509,17 +509,16 @@ class TritonPythonModel:
 """
 
 
-def test_models_with_custom_metrics_stay_in_thread(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO)
+def test_models_with_custom_metrics_run_in_processes_and_their_families_reach_the_server(
+    tmp_path: Path,
+) -> None:
     runner = make_runner(tmp_path, "metered", METRICS_MODEL, count=2)
     try:
-        assert [type(i) for i in runner._instances] == [PythonModel, PythonModel]
+        assert [type(i) for i in runner._instances] == [ProcessModel, ProcessModel]
+        assert [f.name for f in pb_utils.METRICS.collect() if f.name == "pp_calls"] == ["pp_calls"]
     finally:
         runner.stop(10)
-    assert (
-        "python model 'metered' instance 'metered_0' runs in the server process: it creates custom metrics"
-        in (caplog.text)
-    )
+    assert "pp_calls" not in [f.name for f in pb_utils.METRICS.collect()]  # unloaded: gone
 
 
 def test_initialize_failure_fails_the_load_as_in_thread(tmp_path: Path) -> None:

@@ -11,13 +11,12 @@ a model or a whole server opts in to that:
     tcli serve --backend-config=python,instance-process=false                     (every python model)
 
 The model's parameter wins over the server's setting. (Triton ignores parameters it does not know,
-so the config stays portable.) A model that creates custom metrics (pb_utils.MetricFamily) runs in
-the server process unless its parameter says "true": only the server process exports metrics.
+so the config stays portable.) A model's custom metrics (pb_utils.MetricFamily) are exported
+wherever it runs: an instance process forwards them to the server (`metric_forwarding`).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -32,7 +31,6 @@ PROCESS_PARAMETER = "TCLI_INSTANCE_PROCESS"
 PROCESS_SETTING = "instance-process"  # --backend-config=python,instance-process=true|false
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})
-_LOG = logging.getLogger("tcli.python_process")
 
 
 def process_override(config: ModelConfig) -> bool | None:
@@ -66,24 +64,6 @@ def load(context: ModelContext, instance: InstanceSpec) -> RequestModel:
     override = process_override(context.config)
     setting = process_setting(context.backend_config)
     own_process = next((choice for choice in (override, setting) if choice is not None), True)
-    if own_process and _makes_metrics(context):
-        if override is None:
-            _LOG.info(
-                "python model '%s' instance '%s' runs in the server process: it creates custom metrics, "
-                'which only the server process exports (set %s to "true" to run it in its own process)',
-                context.config.name,
-                instance.name,
-                PROCESS_PARAMETER,
-            )
-            own_process = False
-        else:
-            _LOG.warning(
-                "python model '%s' instance '%s' runs in its own process (%s): the custom metrics it "
-                "creates stay there and are not exported",
-                context.config.name,
-                instance.name,
-                PROCESS_PARAMETER,
-            )
     if own_process:
         from server.backends.python.process_host import ProcessModel
 
@@ -91,9 +71,3 @@ def load(context: ModelContext, instance: InstanceSpec) -> RequestModel:
     from server.backends.python.host import PythonModel
 
     return PythonModel(context, instance)
-
-
-def _makes_metrics(context: ModelContext) -> bool:
-    from server.backends.python.host import read_source
-
-    return "MetricFamily(" in read_source(context.model_file)

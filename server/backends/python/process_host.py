@@ -60,6 +60,7 @@ from server.backends.base import (
 from server.backends.python import readiness
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.host import HostSpec, answered
+from server.backends.python.metric_forwarding import ForwardedMetrics
 from server.backends.python.pb_utils import model_control as pb_model_control
 from server.backends.python.pb_utils import scope as pb_scope
 from server.backends.python.process_life import exit_text, main_hidden
@@ -235,6 +236,7 @@ class _Process:
         self._on_loop = False  # registered with the loop's reader callbacks
         self._eof = False
         self.ring = RingReader()
+        self.metrics = ForwardedMetrics()  # its custom metrics, released when it ends
         from server.backends.python import process_worker
 
         context = multiprocessing.get_context("spawn")
@@ -494,6 +496,8 @@ class _Process:
                 channel.send(result, final)
         elif kind == "call":
             self._call(*message[1:])
+        elif kind == "metrics":
+            self.metrics.apply(message[1])
         elif kind == "log":
             record: logging.LogRecord = message[1]
             logging.getLogger(record.name).handle(record)
@@ -516,6 +520,11 @@ class _Process:
             threading.Thread(target=self._bls, args=(call_id, *payload), daemon=True).start()
         elif kind == "model_control":  # a load waits on the repository: off the reader thread too
             threading.Thread(target=self._model_control, args=(call_id, *payload), daemon=True).start()
+        elif kind == "metrics":  # quick: answered here, in order with the process's batched updates
+            try:
+                self._answer(call_id, None, self.metrics.call(payload))
+            except Exception as exc:
+                self._answer(call_id, str(exc) or type(exc).__name__, None)
         else:
             self._answer(call_id, f"unknown call '{kind}'", None)
 
@@ -625,4 +634,5 @@ class _Process:
             for channel in channels.values():  # responses still streaming from an earlier batch
                 channel.send(error, True)
         finally:
+            self.metrics.close()
             self._gone.set()

@@ -10,7 +10,9 @@ tensors through the output ring.
 
 What the model asks of the server goes as a call and waits for the answer: a BLS request (run by the
 server's BLS hook, a decoupled one answering as a stream), a model load or unload, and a larger
-output ring. Log records (pb_utils.Logger and Python logging) are re-emitted by the server. The
+output ring. Log records (pb_utils.Logger and Python logging) are re-emitted by the server. Custom
+metrics (pb_utils.MetricFamily) are forwarded to the server's registry (`metric_forwarding`): their
+batched updates go out ahead of the next message, so ahead of the response they were made for. The
 answer pipe also brings the news that a request's client went away: a request still waiting here is
 answered CANCELLED instead of run, and a running one reports is_cancelled() from then on.
 
@@ -34,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 from server.backends.base import ModelError, Rescheduled, tcli_bug
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.host import HostSpec, PythonModel
+from server.backends.python.metric_forwarding import ForwardingRegistry
+from server.backends.python.pb_utils import metric_registry as pb_metric_registry
 from server.backends.python.pb_utils import model_control as pb_model_control
 from server.backends.python.pb_utils import requests as pb_requests
 from server.backends.python.pb_utils import scope as pb_scope
@@ -109,6 +113,12 @@ class _Worker:
         pb_requests.set_bls_executor(self._bls)
         pb_model_control.set_model_manager(_ForwardedModelControl(self))
         pb_scope.set_default_model_scope(pb_scope.ModelScope(spec.name, spec.version, spec.version_dir))
+        self._metrics = ForwardingRegistry(
+            lambda payload: self.call("metrics", payload),
+            self._flush_metrics,
+            spec.initialize_args.get("model_instance_name", ""),
+        )
+        pb_metric_registry.set_registry(self._metrics)
 
     # the pipe ----------------------------------------------------------------------------------------
     def send(self, message: tuple[Any, ...]) -> None:
@@ -117,7 +127,19 @@ class _Worker:
 
     def _send_locked(self, data: bytes) -> None:
         self._send_handover()
+        self._send_metrics_locked()
         self._conn.send_bytes(data)
+
+    def _send_metrics_locked(self) -> None:
+        """The custom metrics' batched updates, if any, ahead of whatever goes next."""
+        batch = self._metrics.take()
+        if batch is not None:
+            self._conn.send_bytes(pickle.dumps(("metrics", batch), _PROTOCOL))
+
+    def _flush_metrics(self) -> None:
+        with self._lock:
+            self._send_handover()
+            self._send_metrics_locked()
 
     def _send_handover(self) -> None:
         """The "handover" echo, if one is owed (the caller holds the lock)."""

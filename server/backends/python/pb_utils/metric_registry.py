@@ -1,5 +1,10 @@
 """The custom-metrics registry: every metric family python models hold, kept in-process, collected
 and rendered in Prometheus text format for the server to export.
+
+In an instance process the models' families go to a registry that forwards to the server's
+(`server/backends/python/metric_forwarding.py`, installed with `set_registry`); the server's one,
+`METRICS`, holds every series, so that instances of a model counting into one family and label set
+count into one series, as Triton's stubs count into the core's.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class _MetricState:
         self.sum = 0.0
         self.count = 0
         self.refs = 0
+        self.id = 0  # a forwarded registry's handle of the server's series
 
 
 class _FamilyState:
@@ -45,6 +51,7 @@ class _FamilyState:
         self.kind = kind
         self.metrics: dict[tuple[tuple[str, str], ...], _MetricState] = {}
         self.refs = 0
+        self.id = 0  # a forwarded registry's handle of the server's family
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,7 @@ class MetricRegistry:
     """Every custom metric family python models created and still hold. Thread-safe."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a Metric dropped by the GC while the lock is held releases here
         self._families: dict[str, _FamilyState] = {}
 
     # used by MetricFamily / Metric ----------------------------------------------------------------
@@ -99,17 +106,7 @@ class MetricRegistry:
     def _acquire_metric(
         self, family: _FamilyState, labels: dict[str, str], bounds: tuple[float, ...] | None
     ) -> _MetricState:
-        for key, value in labels.items():
-            if not isinstance(key, str) or not _LABEL_NAME.fullmatch(key) or key.startswith("__"):
-                raise TritonModelException("Error when creating Metric: Invalid label name")
-            if not isinstance(value, str):
-                raise TritonModelException(
-                    "Error when creating Metric: attempt to access JSON non-string as string"
-                )
-        if bounds is not None and any(b >= c for b, c in itertools.pairwise(bounds)):
-            raise TritonModelException(
-                "Error when creating Metric: Bucket Boundaries must be strictly sorted"
-            )
+        check_metric(labels, bounds)
         series = tuple(sorted(labels.items()))
         with self._lock:
             metric = family.metrics.get(series)
@@ -125,20 +122,9 @@ class MetricRegistry:
                 del family.metrics[metric.labels]
 
     def _update(self, metric: _MetricState, kind: MetricKind, op: str, value: float) -> float:
-        kind_name = f"TRITONSERVER_METRIC_KIND_{_KIND_NAMES[kind]}"
-        allowed = {
-            MetricKind.COUNTER: ("increment", "value"),
-            MetricKind.GAUGE: ("increment", "set", "value"),
-            MetricKind.HISTOGRAM: ("observe",),
-        }[kind]
-        if op not in allowed:
-            raise ValueError(f"{kind_name} does not support {op.capitalize()}")
+        check_operation(kind, op, value)
         with self._lock:
             if op == "increment":
-                if kind == MetricKind.COUNTER and value < 0.0:
-                    raise ValueError(
-                        f"{kind_name} can only be incremented monotonically by non-negative values."
-                    )
                 metric.value += value
             elif op == "set":
                 metric.value = value
@@ -149,6 +135,22 @@ class MetricRegistry:
                         metric.bucket_counts[i] += 1
                 metric.sum += value
                 metric.count += 1
+            return metric.value
+
+    def _merge(self, metric: _MetricState, update: PendingUpdate) -> None:
+        """Updates an instance process batched for one series, applied in one go."""
+        with self._lock:
+            if update.set_value is not None:
+                metric.value = update.set_value
+            metric.value += update.delta
+            if metric.bucket_counts is not None and update.bucket_counts is not None:
+                for i, count in enumerate(update.bucket_counts):
+                    metric.bucket_counts[i] += count
+            metric.sum += update.sum
+            metric.count += update.count
+
+    def _value(self, metric: _MetricState) -> float:
+        with self._lock:
             return metric.value
 
     # read by the server -----------------------------------------------------------------------------
@@ -205,6 +207,45 @@ class MetricRegistry:
             self._families.clear()
 
 
+def check_metric(labels: dict[str, str], bounds: tuple[float, ...] | None) -> None:
+    """Triton's checks of a new Metric's labels and histogram buckets."""
+    for key, value in labels.items():
+        if not isinstance(key, str) or not _LABEL_NAME.fullmatch(key) or key.startswith("__"):
+            raise TritonModelException("Error when creating Metric: Invalid label name")
+        if not isinstance(value, str):
+            raise TritonModelException(
+                "Error when creating Metric: attempt to access JSON non-string as string"
+            )
+    if bounds is not None and any(b >= c for b, c in itertools.pairwise(bounds)):
+        raise TritonModelException("Error when creating Metric: Bucket Boundaries must be strictly sorted")
+
+
+def check_operation(kind: MetricKind, op: str, value: float) -> None:
+    """Whether a metric of `kind` supports `op` with `value` (Triton's words, as ValueError)."""
+    kind_name = f"TRITONSERVER_METRIC_KIND_{_KIND_NAMES[kind]}"
+    allowed = {
+        MetricKind.COUNTER: ("increment", "value"),
+        MetricKind.GAUGE: ("increment", "set", "value"),
+        MetricKind.HISTOGRAM: ("observe",),
+    }[kind]
+    if op not in allowed:
+        raise ValueError(f"{kind_name} does not support {op.capitalize()}")
+    if op == "increment" and kind == MetricKind.COUNTER and value < 0.0:
+        raise ValueError(f"{kind_name} can only be incremented monotonically by non-negative values.")
+
+
+@dataclass
+class PendingUpdate:
+    """What an instance process did to one series since it last told the server: the last set() (a
+    gauge's), the increments after it, and a histogram's observations as bucket counts, sum, count."""
+
+    set_value: float | None = None
+    delta: float = 0.0
+    bucket_counts: list[int] | None = None
+    sum: float = 0.0
+    count: int = 0
+
+
 def _number(value: float) -> str:
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
@@ -228,3 +269,15 @@ def _labels_text(labels: dict[str, str]) -> str:
 
 
 METRICS = MetricRegistry()
+_current: MetricRegistry = METRICS
+
+
+def set_registry(registry: MetricRegistry) -> None:
+    """Where MetricFamily objects created from now on keep their series (an instance process's
+    forwarding registry); the server keeps METRICS."""
+    global _current
+    _current = registry
+
+
+def current_registry() -> MetricRegistry:
+    return _current

@@ -1,5 +1,5 @@
 """Custom metrics as models create them: MetricFamily and its labelled Metric series, kept in the
-in-process registry (metric_registry.METRICS) the server exports.
+registry the server exports (metric_registry.METRICS), or forwarded to it from an instance process.
 """
 
 from __future__ import annotations
@@ -10,7 +10,12 @@ import weakref
 import numpy as np
 
 from server.backends.python.pb_utils.errors import TritonModelException
-from server.backends.python.pb_utils.metric_registry import METRICS, MetricKind, _FamilyState, _MetricState
+from server.backends.python.pb_utils.metric_registry import (
+    MetricKind,
+    _FamilyState,
+    _MetricState,
+    current_registry,
+)
 
 
 def _metric_value(value: object) -> float:
@@ -80,7 +85,7 @@ class MetricFamily:
             raise TypeError(
                 "MetricFamily(): expected (name: str, description: str, kind: MetricFamily.COUNTER|GAUGE|HISTOGRAM)"
             )
-        self._registry = METRICS
+        self._registry = current_registry()  # the server's, or an instance process's forwarder
         self._kind = kind
         self._state: _FamilyState | None = None
         self._state = self._registry._acquire_family(name, description, kind)
