@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import difflib
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,8 +42,30 @@ def new_config() -> ModelConfig:
     return model_config_pb2().ModelConfig()
 
 
+# configs parsed lately, by their text, newest last: loading a model reads its config.pbtxt twice (for
+# its repository agents, then to validate it), and protobuf's text parser is pure python (a third of
+# a python model's load before this). Callers get a copy: they complete configs in place.
+_parsed: OrderedDict[str, ModelConfig] = OrderedDict()
+_parsed_lock = threading.Lock()
+_PARSED_KEPT = 64
+
+
 def parse_config_text(text: str, path: Path) -> ModelConfig:
     """Parse pbtxt text; raise ConfigParseError naming `path`, line and column on failure."""
+    with _parsed_lock:
+        parsed = _parsed.get(text)
+    if parsed is None:
+        parsed = _parse(text, path)
+        with _parsed_lock:
+            _parsed[text] = parsed
+            while len(_parsed) > _PARSED_KEPT:
+                _parsed.popitem(last=False)
+    config = new_config()
+    config.CopyFrom(parsed)
+    return config
+
+
+def _parse(text: str, path: Path) -> ModelConfig:
     from google.protobuf import text_format
 
     config = new_config()
