@@ -67,5 +67,8 @@ def test_errors_keep_their_place(text: str) -> None:
     for _ in range(2):
         with pytest.raises(ConfigParseError) as caught:
             parse_config_text(text, PATH)
-        assert (caught.value.line, caught.value.column) == (expected.value.GetLine(), expected.value.GetColumn())
+        assert (caught.value.line, caught.value.column) == (
+            expected.value.GetLine(),
+            expected.value.GetColumn(),
+        )
         assert "stand-in" not in caught.value.message
