@@ -172,11 +172,13 @@ def _auto_complete_onnx(config: ModelConfig, model_file: Path, max_batch_size: i
 
 
 def _auto_complete_python(config: ModelConfig, model_file: Path, *, python_based: bool = False) -> None:
-    from server.backends.python.autocomplete import auto_complete_config
+    from server.backends.python.autocomplete import complete_by_model
     from server.protocol.config_json import from_json_dict, to_json_dict
 
-    completed = auto_complete_config(model_file, to_json_dict(config), python_based=python_based)
-    config.CopyFrom(from_json_dict(completed))
+    name = config.name or model_file.parent.parent.name
+    completed = complete_by_model(model_file, name, lambda: to_json_dict(config), python_based=python_based)
+    if completed is not None:  # None: the model's class completes nothing, the config stays as it is
+        config.CopyFrom(from_json_dict(completed))
 
 
 def _data_type_value(name: str) -> int:

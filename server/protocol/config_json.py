@@ -4,6 +4,9 @@ hands a model as args["model_config"], and what a load request's "config" parame
 from __future__ import annotations
 
 import functools
+import json
+import threading
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -14,13 +17,46 @@ def to_json_dict(config: ModelConfig) -> dict[str, Any]:
     """Triton's JSON form (what GET /v2/models/<m>/config answers): snake_case names, every scalar
     with its default, enums as names, int64 fields as numbers (protobuf's own printer writes int64 as
     strings), keys in the order the schema declares the fields and map entries sorted by key, as
-    Triton's C++ printer writes them (Python's printer puts set fields first, then the defaults)."""
+    Triton's C++ printer writes them (Python's printer puts set fields first, then the defaults).
+
+    Configs that differ only in the model's name (and the instance group names made of it) share one
+    conversion: protobuf's printer is pure python, and a python model converts its config for each
+    instance (a fifth of loading 10,000 copies of add_sub)."""
+    unnamed = type(config)()
+    unnamed.CopyFrom(config)
+    unnamed.name = ""
+    for group in unnamed.instance_group:
+        group.name = ""
+    key = unnamed.SerializeToString(deterministic=True)
+    with _converted_lock:
+        text = _converted.get(key)
+    if text is None:
+        text = json.dumps(_convert(unnamed))
+        with _converted_lock:
+            _converted[key] = text
+            while len(_converted) > _CONVERTED_KEPT:
+                _converted.popitem(last=False)
+    data: dict[str, Any] = json.loads(text)  # a copy of its own for each caller
+    data["name"] = config.name
+    for group, written in zip(config.instance_group, data.get("instance_group", []), strict=True):
+        written["name"] = group.name
+    return data
+
+
+# JSON forms of configs lately converted, by the config less its names, newest last
+_converted: OrderedDict[bytes, str] = OrderedDict()
+_converted_lock = threading.Lock()
+_CONVERTED_KEPT = 64
+
+
+def _convert(config: ModelConfig) -> dict[str, Any]:
     from google.protobuf import json_format
 
     data = json_format.MessageToDict(
         config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
-    return _canonical_message(data, config.DESCRIPTOR)
+    result: dict[str, Any] = _canonical_message(data, config.DESCRIPTOR)
+    return result
 
 
 def from_json_dict(data: dict[str, Any]) -> ModelConfig:

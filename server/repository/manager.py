@@ -375,9 +375,14 @@ class ModelManager:
         if self._poller is not None:
             self._poller.stop()
         with self._lock:
-            for model in self._models.values():
+            models = list(self._models.values())
+            # close every runner first: their workers drain side by side, not one model after another
+            for model in models:
                 for runner in model.runners():
-                    runner.stop(timeout)
+                    runner.close()
+            for model in models:
+                for runner in model.runners():
+                    runner.finish(timeout)
                 if model.agents is not None:
                     model.agents.unload()
         for repository in [*self.repositories, *self._request_files.values()]:

@@ -126,7 +126,11 @@ class ModelRunner:
         self._instances: list[TensorModel | RequestModel] = []
         self._instance_names: list[str] = []
         self._busy: list[threading.Lock] = []  # held while an instance executes (worker or inline)
-        self._threads: list[threading.Thread] = []
+        self._threads: list[threading.Thread] = []  # started with the first queued request
+        self._threads_lock = threading.Lock()
+        self._threads_started = False
+        self._queued = False  # a request went to the scheduler: workers must drain it
+        self._stopped = False
         self._closed = False
         # instances that may run on the caller's thread, and the average execution time that decides it;
         # it starts above the budget so a model's first executions (often its slowest) go to threads
@@ -148,7 +152,7 @@ class ModelRunner:
     def load(self) -> None:
         """Create every instance, register it with the rate limiter and run the config's warmup samples
         on it (raising the first failure, after unloading what did load), then start one worker thread
-        per instance."""
+        per instance (when the first request is queued)."""
         try:
             for spec in instance_specs(self.config):
                 self._instances.append(load_instance(self.context, spec))
@@ -181,20 +185,45 @@ class ModelRunner:
                 dispatcher = LoopDispatcher(self, on_loop, self._busy)
                 self._dispatcher = dispatcher
                 scheduler.elsewhere = lambda: len(dispatcher.waiting) + dispatcher.queued_behind()
-        for index, instance in enumerate(self._instances):
-            thread = threading.Thread(
-                target=self._work,
-                args=(instance, index),
-                name=f"{self.name}_{self.version}_{index}",
-                daemon=True,
-            )
-            thread.start()
-            self._threads.append(thread)
+
+    def _start_workers(self, *, draining: bool = False) -> None:
+        """One worker thread per instance, started when the first request is queued: a model served
+        inline (or never asked) needs none, and starting 10,000 threads at load, each waiting for the
+        GIL, was a sixth of a large repository's load time. Once the runner is closed, only `close`
+        starts them, to drain what was queued before."""
+        if self._threads_started:
+            return
+        with self._threads_lock:
+            if self._threads_started or (self._stopped and not draining):
+                return
+            for index, instance in enumerate(self._instances):
+                thread = threading.Thread(
+                    target=self._work,
+                    args=(instance, index),
+                    name=f"{self.name}_{self.version}_{index}",
+                    daemon=True,
+                )
+                thread.start()
+                self._threads.append(thread)
+            self._threads_started = True
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop taking requests, finish what is queued and in flight, then unload the instances."""
+        self.close()
+        self.finish(timeout)
+
+    def close(self) -> None:
+        """Stop taking requests (the first half of `stop`): many runners stopping together close all
+        first, so their worker threads wind down side by side."""
         self._closed = True
         self.scheduler.close()
+        with self._threads_lock:
+            self._stopped = True
+        if self._queued:  # a request queued before the close still runs
+            self._start_workers(draining=True)
+
+    def finish(self, timeout: float | None = None) -> None:
+        """Wait for queued and in-flight requests after `close`, then unload the instances."""
         for thread in self._threads:
             thread.join(timeout)
         out = [] if self._dispatcher is None else self._dispatcher.settle_before_unload(timeout)
@@ -246,7 +275,9 @@ class ModelRunner:
         item = WorkItem(request, request.batch_size(self.batched), complete)
         if stream is not None:
             item.stream = stream
+        self._queued = True
         self.scheduler.enqueue(item)
+        self._start_workers()
 
     def run_inline(self, request: InferenceRequest, complete: Completion) -> bool:
         """Execute `request` on this thread when that is cheaper than queueing it (see the module
@@ -394,7 +425,9 @@ class ModelRunner:
     def _reschedule(self, item: WorkItem, rescheduled: Rescheduled) -> TritonError | None:
         """Queue a request its model rescheduled again; the request's error when that fails."""
         try:
+            self._queued = True
             if self.scheduler.reschedule(item):
+                self._start_workers()
                 return None
             error: TritonError = rescheduled
         except TritonError as refused:

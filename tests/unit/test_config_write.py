@@ -90,3 +90,28 @@ def test_json_form_orders_keys_as_tritons_printer_does() -> None:
     )
     control = to_json_dict(sequence)["sequence_batching"]["control_input"][0]["control"][0]
     assert list(control) == ["kind", "int32_false_true", "fp32_false_true", "bool_false_true", "data_type"]
+
+
+def test_configs_differing_in_their_names_convert_each_to_its_own_json() -> None:
+    """Copies of a model share one conversion (its names filled in after): each still gets its own
+    names, its own dict, and what protobuf's printer makes of it."""
+    from google.protobuf import json_format
+
+    text = (
+        'name: "{name}"\nmax_batch_size: 2\ninput [ {{ name: "x" data_type: TYPE_INT64 dims: [ 3 ] }} ]\n'
+        'instance_group [ {{ name: "{name}_0" count: 2 }}, {{ count: 1 }} ]\n'
+    )
+    forms = []
+    for name in ("first", "second", "first"):
+        config = parse_config_text(text.format(name=name), Path("config.pbtxt"))
+        form = to_json_dict(config)
+        assert form["name"] == name
+        assert [g["name"] for g in form["instance_group"]] == [f"{name}_0", ""]
+        printed = json_format.MessageToDict(
+            config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+        )
+        assert from_json_dict(form) == config == from_json_dict(printed)
+        assert form["input"][0]["dims"] == [3]  # numbers, as Triton writes int64 fields
+        form["input"][0]["dims"].append(99)  # the caller's own copy
+        forms.append(form)
+    assert forms[2]["input"][0]["dims"] == [3, 99] and forms[0] is not forms[2]

@@ -53,3 +53,33 @@ def test_an_edited_file_runs_its_new_text(tmp_path: Path) -> None:
     finally:
         forget_module(before)
         forget_module(after)
+
+
+HELPER_USER = """
+def use_helper():
+    from . import helper  # imported while the model serves, after its import finished
+    return helper.VALUE
+"""
+
+
+def test_forgotten_models_leave_nothing_in_sys_modules(tmp_path: Path) -> None:
+    """What an import entered goes at once; modules a model imported later go with a sweep of
+    sys.modules that many unloads share (one per unload made stopping 10,000 models quadratic)."""
+    import sys
+
+    packages = []
+    # the sweep waits for a share of sys.modules' size in forgotten packages: enough of them
+    for index in range(len(sys.modules) // 64 + 2):
+        path = tmp_path / f"m{index}" / "1" / "model.py"
+        path.parent.mkdir(parents=True)
+        path.write_text(HELPER_USER)
+        (path.parent / "helper.py").write_text(f"VALUE = {index}")
+        module = import_model_file(path, f"m{index}")
+        assert module.use_helper() == index  # type: ignore[attr-defined]
+        package = module.__name__.rpartition(".")[0]
+        assert f"{package}.helper" in sys.modules
+        forget_module(module)
+        assert package not in sys.modules and module.__name__ not in sys.modules
+        packages.append(package)
+    left = [n for n in sys.modules for p in packages if n == p or n.startswith(p + ".")]
+    assert len(left) < len(packages) // 2, left  # swept, but for the packages forgotten since

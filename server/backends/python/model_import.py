@@ -124,18 +124,36 @@ def _renamed(code: CodeType, filename: str) -> CodeType:
 _package_names: dict[str, list[str]] = {}
 
 
+# packages forgotten whose other modules (imported while the model served) are yet to be swept from
+# sys.modules: one pass over sys.modules serves many unloads, where a pass per unload made stopping
+# 10,000 models quadratic (a minute). Package names are never reused, so a late sweep only delays
+# freeing those modules.
+_unswept: set[str] = set()
+_unswept_lock = threading.Lock()
+_SWEEP_SHARE = 512  # sweep once the packages waiting number a 512th of sys.modules
+
+
 def forget_module(module: ModuleType, *, scan: bool = True) -> None:
     """Drop a module made by import_model_file, its package and the package's other modules (files
-    the model imported relatively) from sys.modules. `scan=False` drops only the names the import
-    itself entered, without reading all of sys.modules: enough for a module whose code has not run
-    since (auto-completion), and it keeps loading 10,000 models linear."""
+    the model imported relatively) from sys.modules. The names the import itself entered go at once;
+    with `scan` the package's later modules go with the next sweep of sys.modules, which waits for a
+    share of unloads. `scan=False` is enough for a module whose code has not run since
+    (auto-completion)."""
     package = module.__name__.rpartition(".")[0]
-    names = _package_names.pop(package, [])
-    if scan:
-        # list() copies the keys in one step; iterating sys.modules itself races with imports elsewhere
-        names = [n for n in list(sys.modules) if n == package or n.startswith(package + ".")]
-    for name in names:
+    for name in [package, module.__name__, *_package_names.pop(package, [])]:
         sys.modules.pop(name, None)
+    if not scan:
+        return
+    with _unswept_lock:
+        _unswept.add(package)
+        if len(_unswept) * _SWEEP_SHARE < len(sys.modules):
+            return
+        packages = set(_unswept)
+        _unswept.clear()
+    # list() copies the keys in one step; iterating sys.modules itself races with imports elsewhere
+    for name in list(sys.modules):
+        if name.partition(".")[0] in packages:
+            sys.modules.pop(name, None)
 
 
 def _added_since(last_before: str) -> list[str]:
