@@ -26,7 +26,7 @@ from server.app import Server, ServerSettings
 from server.backends.python.process_host import ProcessModel
 from server.repository.manager import ControlMode
 from tests.integration.test_metrics_promtool import promtool
-from tests.reference import RealTriton, require_reference_triton
+from tests.reference import RealTriton, TritonStartError, require_reference_triton
 from tests.waiting import wait_until
 
 COUNTED = """
@@ -277,10 +277,17 @@ def test_promtool_reads_the_forwarded_families(server: Server) -> None:
 
 def test_real_triton_exports_and_refuses_the_same(repository: Path, server: Server) -> None:
     binary = require_reference_triton()
-    with RealTriton(binary, repository) as triton:
-        triton_seen = _infer_counted(triton.http_address, triton.grpc_address)
-        triton_families = _custom(httpx.get(triton.metrics_url, timeout=30).text)
-        triton_texts = _refusals(triton.http_address)
+    try:
+        with RealTriton(binary, repository) as triton:
+            triton_seen = _infer_counted(triton.http_address, triton.grpc_address)
+            triton_families = _custom(httpx.get(triton.metrics_url, timeout=30).text)
+            triton_texts = _refusals(triton.http_address)
+    except TritonStartError as exc:
+        # real Triton 2.51 itself sometimes aborts loading these models (its python backend's
+        # metric locks): nothing of tcli's to compare against then
+        if "boost::interprocess::lock_exception" not in str(exc):
+            raise
+        pytest.skip("real Triton 2.51 aborted (boost::interprocess::lock_exception) loading the models")
     before = _custom(_scrape(server.metrics_port or 0))["tcli_it_calls"][1]
     tcli_seen = _infer_counted(f"127.0.0.1:{server.http_port}", f"127.0.0.1:{server.grpc_port}")
     tcli_families = _custom(_scrape(server.metrics_port or 0))
