@@ -54,6 +54,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the checkout
@@ -97,6 +98,16 @@ SCENARIOS = (
     "cache",
     "tracing",
 )
+# scenarios that start their own servers, in the order they run
+STANDALONE: dict[str, Callable[[Context], list[Row]]] = {
+    "storage": storage.rows,
+    "replicas": replicas.rows,
+    "soak": soak.rows,
+    "scale": scale.rows,
+    "inprocess": inprocess.rows,
+    "cache": cache.rows,
+    "tracing": tracing_cost.rows,
+}
 # scenario 5: the server on core 0, each load generator on core 1 (see NOTES.md)
 SERVER_CPUS, CLIENT_CPUS = [0], [1]
 
@@ -151,20 +162,9 @@ def main() -> None:
         if "startup" in chosen:
             rows += startup.ready_rows(ctx, ctx.workdir / "python-repo")
             rows += [startup.memory_growth_row(ctx), startup.unload_row(ctx)]
-        if "storage" in chosen:
-            rows += storage.rows(ctx)
-        if "replicas" in chosen:
-            rows += replicas.rows(ctx)
-        if "soak" in chosen:
-            rows += soak.rows(ctx)
-        if "scale" in chosen:
-            rows += scale.rows(ctx)
-        if "inprocess" in chosen:
-            rows += inprocess.rows(ctx)
-        if "cache" in chosen:
-            rows += cache.rows(ctx)
-        if "tracing" in chosen:
-            rows += tracing_cost.rows(ctx)
+        for name, scenario in STANDALONE.items():
+            if name in chosen:
+                rows += scenario(ctx)
     took = time.monotonic() - began
     mode = "--quick" if args.quick else "default"
     # the 1-minute load average before and after: other work on the machine moves every figure

@@ -142,16 +142,11 @@ class Trace:
         """The execution ended now; its inputs were ready at `input_end_ns`, its outputs being made from
         `output_start_ns`."""
         self.stamps += ((COMPUTE_INPUT_END, input_end_ns), (COMPUTE_OUTPUT_START, output_start_ns))
-        self.stamp(COMPUTE_END)
-        with self.tree_lock:
-            self._computing = False
-            end, self._end_pending = self._end_pending, False
-        if end:
-            self.stamp(REQUEST_END)
-        self.root._collect_when_done()
+        self.execution_failed()
 
     def execution_failed(self) -> None:
-        """The execution ended now, failing (no input or output split to report)."""
+        """The execution ended now, failing (no input or output split to report); `computed` ends
+        a successful one through here too."""
         self.stamp(COMPUTE_END)
         with self.tree_lock:
             self._computing = False
