@@ -132,7 +132,11 @@ class Server:
 
 
 def _launch(
-    name: str, command: list[str], log_path: Path, cpus: Sequence[int] | None
+    name: str,
+    command: list[str],
+    log_path: Path,
+    cpus: Sequence[int] | None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         command,
@@ -140,6 +144,7 @@ def _launch(
         stderr=subprocess.STDOUT,
         start_new_session=True,
         preexec_fn=_pinned(cpus),
+        env=env,
     )
 
 
@@ -149,12 +154,16 @@ def start_tcli(
     *,
     extra: Sequence[str] = (),
     cpus: Sequence[int] | None = None,
+    source: Path | None = None,
 ) -> Server:
+    """`source`: another checkout whose tcli to run (e.g. `git worktree add /tmp/old COMMIT`), in
+    this environment; by default this one's."""
     http, grpc, metrics = free_port(), free_port(), free_port()
     command = [str(TCLI), "serve", *map(str, repos), "--http-port", str(http), "--grpc-port", str(grpc)]
     command += ["--metrics-port", str(metrics), *extra]
+    env = None if source is None else {**os.environ, "PYTHONPATH": str(source)}
     launched = time.monotonic()
-    return Server("tcli", _launch("tcli", command, log_path, cpus), http, grpc, log_path, launched)
+    return Server("tcli", _launch("tcli", command, log_path, cpus, env), http, grpc, log_path, launched)
 
 
 def start_triton(

@@ -3,7 +3,12 @@ concurrency 4 on one tcli server, with tracing off and with Triton's trace file 
 1000th request traced, TIMESTAMPS), switched through the trace settings API between windows and
 measured alternately. Target: traced throughput at least 0.97 of untraced.
 
-    .venv/bin/python benchmarks/tracing_cost.py [--quick]    # this scenario alone
+With `--before DIR` (a checkout from before tracing, e.g. `git worktree add /tmp/pretrace
+04c193e^1`), a second server runs that checkout's tcli on the same repository, measured alternately
+with this one untraced: row 12b, the cost of tracing when it is off (target: 0.97-1.03, the same
+rate within this machine's noise).
+
+    .venv/bin/python benchmarks/tracing_cost.py [--quick] [--before DIR]    # this scenario alone
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ from benchmarks.table import Row, ratio, render
 
 LOAD = Load("add_sub", "http", 4)
 TARGET = 0.97
-TRACED = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1000"}
-UNTRACED = {"trace_level": ["OFF"]}
+TRACED: dict[str, object] = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1000"}
+UNTRACED: dict[str, object] = {"trace_level": ["OFF"]}
 
 
 def _set_tracing(server: Server, settings: dict[str, object]) -> None:
@@ -44,7 +49,7 @@ def _measure(ctx: Context, server: Server, settings: dict[str, object], tag: str
     return perf_analyzer(LOAD, server, ctx.windows, ctx.report(tag))
 
 
-def rows(ctx: Context) -> list[Row]:
+def rows(ctx: Context, before: Path | None = None) -> list[Row]:
     repo = ctx.workdir / "tracing-repo"
     copy_examples(repo, ("add_sub",))
     trace_file = ctx.workdir / "tracing" / "trace.json"
@@ -63,6 +68,7 @@ def rows(ctx: Context) -> list[Row]:
         )
     finally:
         server.stop()
+    found = [] if before is None else [_against_before(ctx, repo, before)]
     off, on = summarize(off_runs), summarize(on_runs)
     speed = ratio(on.throughput if on else None, off.throughput if off else None)
     traced = sum(1 for _ in trace_file.parent.glob(trace_file.name + ".*"))
@@ -80,8 +86,48 @@ def rows(ctx: Context) -> list[Row]:
                 "traced": [m.throughput for m in on_runs if m],
                 "untraced": [m.throughput for m in off_runs if m],
             },
-        )
+        ),
+        *found,
     ]
+
+
+OFF_BAND = (0.97, 1.03)
+
+
+def _against_before(ctx: Context, repo: Path, before: Path) -> Row:
+    """This tcli untraced against the checkout `before` (no tracing code), on the same repository."""
+    now = start_tcli([repo], ctx.workdir / "tcli-now.log")
+    then = start_tcli([repo], ctx.workdir / "tcli-before.log", source=before)
+    try:
+        now.wait()
+        then.wait()
+        log(f"tracing: add_sub http c=4, untraced, against {before}")
+        now_runs, then_runs = interleaved(
+            [
+                partial(perf_analyzer, LOAD, now, ctx.windows, ctx.report("pa-now")),
+                partial(perf_analyzer, LOAD, then, ctx.windows, ctx.report("pa-before")),
+            ],
+            ctx.rounds,
+        )
+    finally:
+        now.stop()
+        then.stop()
+    current, previous = summarize(now_runs), summarize(then_runs)
+    speed = ratio(current.throughput if current else None, previous.throughput if previous else None)
+    low, high = OFF_BAND
+    return Row(
+        f"12b add_sub http c=4 untraced vs before tracing ({before.name})",
+        cell(current),
+        cell(previous),
+        speed,
+        f"{low:.2f}-{high:.2f}",
+        None if speed is None else low <= speed <= high,
+        round_ratios(now_runs, then_runs),
+        {
+            "now": [m.throughput for m in now_runs if m],
+            "before": [m.throughput for m in then_runs if m],
+        },
+    )
 
 
 def main() -> None:
@@ -89,6 +135,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="short windows, one round")
+    parser.add_argument(
+        "--before", type=Path, metavar="DIR", help="a checkout from before tracing, measured untraced"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tcli-bench-") as tmp:
         ctx = Context(
@@ -99,7 +148,7 @@ def main() -> None:
             ),
             rounds=1 if args.quick else 2,
         )
-        render(rows(ctx), "tcli benchmark: the cost of tracing")
+        render(rows(ctx, args.before), "tcli benchmark: the cost of tracing")
 
 
 if __name__ == "__main__":

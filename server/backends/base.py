@@ -224,3 +224,8 @@ class LoopRequestModel(RequestModel):
     def can_queue(self, requests: list[InferenceRequest]) -> bool:
         """Whether this batch may be started while another one runs (sent behind it)."""
         return False
+
+    def revive(self) -> TritonError | None:
+        """Make the instance able to start batches again after start_batch() returned False (start its
+        process again); called on a helper thread. None once it can, else why it cannot (yet)."""
+        return None

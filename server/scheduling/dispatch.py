@@ -19,14 +19,22 @@ Everything here runs on the loop's thread except `forward`, `wake` and `settle`.
 from elsewhere (streams, callers without a loop) still go through the scheduler to the worker
 threads, which pass them on to the loop once it is attached; a worker also runs a batch itself when
 the loop cannot (not attached, or stopped at shutdown). An instance's busy lock is held by whoever
-runs it, so the two never overlap. An instance whose process died is restarted by a helper thread
-(a process start takes too long for the loop), with the batch that found it dead.
+runs it, so the two never overlap.
+
+An instance whose process died is started again by a helper thread (a process start takes too long
+for the loop), holding its busy lock: meanwhile the batch that found it dead, and every later one,
+go to the model's other instances. A start that fails is tried again later (backing off from 0.5 s
+to 30 s) while the other instances serve; only when every instance is down do the waiting requests
+fail, with the reason the last start gave. Before, the batch waited for its own instance's restart
+and failed with it, though another instance was serving (issue 14's hour-long soak lost 134 requests
+that way).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections import deque
@@ -34,7 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from server.backends.base import NotStarted
-from server.protocol.errors import ErrorCode, TritonError, client_cancelled, unavailable
+from server.protocol.errors import ErrorCode, TritonError, client_cancelled, internal, unavailable
 from server.scheduling.work import WorkItem, drop_cancelled
 
 if TYPE_CHECKING:
@@ -55,9 +63,12 @@ class Runner(Protocol):
 
     def fail(self, batch: list[WorkItem], error: TritonError) -> None: ...
 
-    def run_batch(self, index: int, batch: list[WorkItem]) -> None: ...
-
     def bug(self, batch: list[WorkItem], exc: BaseException) -> TritonError: ...
+
+
+_LOG = logging.getLogger("tcli.scheduling")
+# a failed start of an instance is tried again after this long, doubling up to the most
+RETRY_FIRST_S, RETRY_MOST_S = 0.5, 30.0
 
 
 class _Sent:
@@ -87,6 +98,11 @@ class LoopDispatcher:
         self._closed = False  # no new requests (unloading)
         self._ended = False  # no new executions either (the instances go)
         self._next = 0  # the instance to try first: spreads work over the instances
+        # instances being started again (the dispatcher holds their busy locks); of those, the ones
+        # whose last start failed, with its error, until the next try; and each one's next delay
+        self._reviving: set[int] = set()
+        self._down: dict[int, TritonError] = {}
+        self._retry_s: dict[int, float] = {}
 
     # the loop's side ---------------------------------------------------------------------------------
     def offer(self, request: InferenceRequest, complete: Callable[..., None]) -> bool:
@@ -106,6 +122,8 @@ class LoopDispatcher:
     def _pump(self) -> None:
         """Start waiting batches on the free instances; then queue behind the busy ones."""
         count = len(self._instances)
+        if self.waiting and len(self._down) == count and not self._ended:
+            self._fail_waiting_with(next(iter(self._down.values())))  # no instance can run them
         while self.waiting and not self._ended:
             for step in range(count):
                 index = (self._next + step) % count
@@ -161,13 +179,12 @@ class LoopDispatcher:
             return
         if started:
             return
-        if len(out) > 1:  # its process died under the batch ahead: this one waits again
-            out.remove(sent)
-            self.running -= 1
-            self.waiting.appendleft(batch)
-            return
-        # its process is down: a thread starts it again and runs the batch
-        threading.Thread(target=self._restart, args=(index, sent), daemon=True).start()
+        # its process is down: this batch waits again, for another instance or this one's return
+        out.remove(sent)
+        self.running -= 1
+        self.waiting.appendleft(batch)
+        if not out:  # else its process died under the batch ahead, whose completion frees it
+            self._revive(index)
 
     def _done(
         self,
@@ -208,15 +225,47 @@ class LoopDispatcher:
             self._busy[index].release()
         self._pump()
 
-    def _restart(self, index: int, sent: _Sent) -> None:
-        try:
-            self._runner.run_batch(index, sent.batch)  # execute_channels() starts a new process
-        finally:
-            self._call_soon(self._restarted, index, sent)
+    def _revive(self, index: int) -> None:
+        """Start instance `index` again on a helper thread; its busy lock stays held until it is back."""
+        self._reviving.add(index)
+        self._down.pop(index, None)
+        instance = self._instances[index]
 
-    def _restarted(self, index: int, sent: _Sent) -> None:
-        self._out[index].remove(sent)
-        self._release(index)
+        def start() -> None:
+            try:
+                error = instance.revive()
+            except Exception as exc:  # a bug of ours: the instance stays down, tried again later
+                _LOG.exception("starting instance %d again", index)
+                error = internal(f"{type(exc).__name__}: {exc}")
+            self._call_soon(self._revived, index, error)
+
+        threading.Thread(target=start, name=f"revive_{index}", daemon=True).start()
+
+    def _revived(self, index: int, error: TritonError | None) -> None:
+        if self._ended:
+            return
+        assert self.loop is not None
+        if error is None:
+            self._reviving.discard(index)
+            self._retry_s.pop(index, None)
+            self._busy[index].release()
+            self._pump()
+            return
+        self._down[index] = error
+        if error.code != ErrorCode.UNAVAILABLE:  # UNAVAILABLE: it will not run again (it gave up)
+            delay = self._retry_s.get(index, RETRY_FIRST_S)
+            self._retry_s[index] = min(2 * delay, RETRY_MOST_S)
+            _LOG.warning("%s; trying again in %.1f s", error.message, delay)
+            self.loop.call_later(delay, self._retry, index)
+        self._pump()  # fails the waiting requests when no instance is left to run them
+
+    def _retry(self, index: int) -> None:
+        if not self._ended:
+            self._revive(index)
+
+    def _fail_waiting_with(self, error: TritonError) -> None:
+        while self.waiting:
+            self._runner.fail(self.waiting.popleft(), error)
 
     def _accept(self, batch: list[WorkItem]) -> None:
         self.waiting.append(batch)
@@ -262,7 +311,8 @@ class LoopDispatcher:
                 self._call_soon(self._fail_waiting)
             else:
                 self._fail_waiting()
-        return [index for index, out in enumerate(self._out) if out]
+        # an instance being started again holds its busy lock until then, or for good
+        return [index for index, out in enumerate(self._out) if out or index in self._reviving]
 
     def _loop_runs(self) -> bool:
         return self.loop is not None and self.loop.is_running()

@@ -435,12 +435,6 @@ class ModelRunner:
         _LOG.error("%s", error.message)  # Triton logs it (and never answers the request)
         return error
 
-    def run_batch(self, index: int, batch: list[WorkItem]) -> None:
-        """Run a request batch on instance `index` on this thread (its busy lock is the caller's)."""
-        instance = self._instances[index]
-        assert isinstance(instance, RequestModel)
-        self._run_request_batch(instance, index, batch)
-
     def _succeed(
         self,
         batch: list[WorkItem],

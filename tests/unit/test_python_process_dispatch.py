@@ -25,6 +25,7 @@ from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceRequest, InferenceResponse, Tensor
 from server.scheduling.runner import ModelRunner
 from tests.unit.test_python_process import MODEL, WAIT, make_runner, outputs, request, submit
+from tests.waiting import wait_until
 
 
 class Loop:
@@ -273,5 +274,74 @@ def test_a_batch_sent_behind_a_crashing_one_runs_on_the_restarted_instance(
         assert isinstance(crashed, TritonError) and "its process exited unexpectedly" in crashed.message
         assert values(behind) == [10]
         assert int(outputs(behind)["PID"][0]) != int(outputs(first)["PID"][0])
+    finally:
+        runner.stop(10)
+
+
+# the model's initialize() fails while a file "no_start" is in its folder
+FRAGILE = MODEL.replace(
+    '        self.instance = args["model_instance_name"]',
+    '        if os.path.exists(os.path.join(args["model_repository"], "no_start")):\n'
+    '            raise RuntimeError("cannot start now")\n'
+    '        self.instance = args["model_instance_name"]',
+)
+
+
+def _pids(answers: list[tuple[Any, bool]]) -> set[int]:
+    return {int(outputs(result)["PID"][0]) for result, _ in answers}
+
+
+def test_requests_go_to_the_live_instance_while_the_other_fails_to_start(
+    loop: Loop, tmp_path: Path
+) -> None:
+    """Issue 14: a crashed instance whose new process cannot start leaves the model's requests to the
+    other instance, instead of failing them one by one; it is tried again and rejoins once it starts."""
+    runner = make_runner(tmp_path, "pp", FRAGILE, count=2)
+    instances = runner._instances
+    try:
+        both = _pids(loop.infer(runner, [request([i]) for i in range(4)]))
+        assert len(both) == 2
+        (tmp_path / "pp" / "no_start").touch()
+        ((crashed, _),) = loop.infer(runner, [request([1], mode="exit")])
+        assert isinstance(crashed, TritonError) and "its process exited unexpectedly" in crashed.message
+        for _ in range(3):  # each round finds the crashed instance down (and its start failing)
+            answers = loop.infer(runner, [request([i]) for i in range(8)])
+            assert [values(result) for result, _ in answers] == [[2 * i] for i in range(8)]
+            assert len(_pids(answers)) == 1
+        assert [i.pid is None for i in instances].count(True) == 1  # type: ignore[attr-defined]
+        (tmp_path / "pp" / "no_start").unlink()
+        wait_until(
+            lambda: all(i.pid is not None for i in instances),  # type: ignore[attr-defined]
+            "the crashed instance to start again",
+        )
+        answers = loop.infer(runner, [request([i]) for i in range(8)])
+        assert len(_pids(answers)) == 2 and all(isinstance(r, InferenceResponse) for r, _ in answers)
+    finally:
+        runner.stop(10)
+
+
+def test_with_no_instance_left_requests_fail_with_the_start_error_until_it_starts(
+    loop: Loop, tmp_path: Path
+) -> None:
+    runner = make_runner(tmp_path, "pp", FRAGILE, count=1)
+    try:
+        loop.infer(runner, [request([1])])
+        (tmp_path / "pp" / "no_start").touch()
+        loop.infer(runner, [request([1], mode="exit")])
+        answers = loop.infer(runner, [request([i]) for i in range(3)])
+        for result, _ in answers:
+            assert isinstance(result, TritonError) and result.code == ErrorCode.INTERNAL
+            assert result.message == (
+                "python model 'pp' instance 'pp_0' did not start again: model 'pp' initialize() failed: "
+                "RuntimeError: cannot start now"
+            )
+        assert runner.stats.failures["BACKEND"] >= 4  # the crash and the three
+        (tmp_path / "pp" / "no_start").unlink()
+
+        def serves() -> bool:
+            ((result, _),) = loop.infer(runner, [request([7])])
+            return isinstance(result, InferenceResponse) and values(result) == [14]
+
+        wait_until(serves, "the instance to start again")
     finally:
         runner.stop(10)

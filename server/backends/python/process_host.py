@@ -104,6 +104,8 @@ class ProcessModel(LoopRequestModel):
         self._deaths: collections.deque[float] = collections.deque(maxlen=CRASH_LIMIT)
         self._gave_up: TritonError | None = None  # set once the process died too often
         self._instance_failed = context.instance_failed
+        self._revive_lock = threading.Lock()  # one start at a time, and none after unload()
+        self._unloaded = False
         self._process: _Process | None = None
         try:
             self._process = _Process(self)
@@ -163,16 +165,39 @@ class ProcessModel(LoopRequestModel):
         """As PythonModel.execute_channels, in the instance process (started again if it died)."""
         process = self._process
         if process is None or process.dead:
+            error = self.revive()
+            process = self._process
+            if error is not None or process is None:
+                return [error or self._unloaded_error()] * len(requests)
+        return process.run(next(self._batch_ids), requests, channels, self._inputs)
+
+    def revive(self) -> TritonError | None:
+        """Start the instance's process again when it is down (its start takes a while: never on the
+        event loop); None once it runs, else why it does not."""
+        with self._revive_lock:
+            process = self._process
+            if process is not None and not process.dead:
+                return None
             if self._gave_up is not None:
-                return [self._gave_up] * len(requests)
+                return self._gave_up
+            if self._unloaded:
+                return self._unloaded_error()
             if process is not None:
                 process.close()
-            try:
-                process = self._process = _Process(self)
-            except TritonError as error:
                 self._process = None
-                return [error] * len(requests)
-        return process.run(next(self._batch_ids), requests, channels, self._inputs)
+            try:
+                self._process = _Process(self)
+            except TritonError as error:
+                if f"instance '{self.instance}'" in error.message:
+                    return error
+                named = f"python model '{self.name}' instance '{self.instance}' did not start again: "
+                return TritonError(error.code, named + error.message)
+        return None
+
+    def _unloaded_error(self) -> TritonError:
+        return TritonError(
+            ErrorCode.UNAVAILABLE, f"python model '{self.name}' instance '{self.instance}' is unloaded"
+        )
 
     def died(self, exit_code: int | None) -> None:
         """Its process died unexpectedly (called once per death, by the process's reader): after
@@ -197,7 +222,9 @@ class ProcessModel(LoopRequestModel):
         return process is not None and not process.dead and (not process.has_readiness or process.ready())
 
     def unload(self) -> None:
-        process, self._process = self._process, None
+        with self._revive_lock:  # a process being started again is stopped too
+            self._unloaded = True
+            process, self._process = self._process, None
         if process is not None:
             process.stop()
         self._inputs.close()
