@@ -34,6 +34,7 @@ class RepositoryPoller:
 
     def start(self) -> None:
         try:
+            from watchdog import events
             from watchdog.events import FileSystemEventHandler
             from watchdog.observers import Observer
 
@@ -46,9 +47,23 @@ class RepositoryPoller:
                         if path and "__pycache__" not in str(path):
                             touched(Path(str(path)))
 
+            # changes only: the server's own reads (opens and closes without writing, 2 per model file
+            # at load) overflowed inotify's queue with 10,000 models, and watchdog's recovery walks
+            # the whole tree again
+            changes = [
+                events.FileCreatedEvent,
+                events.DirCreatedEvent,
+                events.FileDeletedEvent,
+                events.DirDeletedEvent,
+                events.FileMovedEvent,
+                events.DirMovedEvent,
+                events.FileModifiedEvent,
+                events.DirModifiedEvent,
+                events.FileClosedEvent,
+            ]
             observer = Observer()
             for path in self.paths:
-                observer.schedule(Handler(), str(path), recursive=True)
+                observer.schedule(Handler(), str(path), recursive=True, event_filter=changes)
             observer.daemon = True
             observer.start()
             self._observer = observer

@@ -68,3 +68,21 @@ def test_a_new_model_folder_and_the_interval_poll_everything(tmp_path: Path) -> 
         assert interval_polls.seen()[0] is None
     finally:
         short.stop()
+
+
+def test_reading_the_repository_wakes_no_poll(tmp_path: Path) -> None:
+    """The server reads every config and model file as it loads: reads must not count as changes
+    (with 10,000 models their open/close events overflowed inotify's queue, and watchdog's recovery
+    walked the whole tree again, delaying a new version by 24 s)."""
+    repository, polls = _repository(tmp_path), Polls()
+    poller = RepositoryPoller(polls, [repository], interval_s=3600)
+    poller.start()
+    try:
+        for _ in range(20):
+            (repository / "alpha" / "config.pbtxt").read_text()
+            sorted((repository / "alpha").iterdir())
+        (repository / "beta" / "config.pbtxt").write_text('name: "beta"\nmax_batch_size: 0\n')
+        wait_until(lambda: bool(polls.seen()), "a poll after the edit", timeout=10)
+        assert polls.seen()[0] == {"beta"}  # alpha, only read, is not among the touched folders
+    finally:
+        poller.stop()
