@@ -94,6 +94,16 @@ def rows(ctx: Context, before: Path | None = None) -> list[Row]:
 OFF_BAND = (0.97, 1.03)
 
 
+def _server_cpu(now: list[Measurement | None], before: list[Measurement | None]) -> str:
+    """The server's CPU per inference on each side, run by run: steadier than the rate on a busy
+    machine, where the rate moves with whatever else runs."""
+
+    def side(runs: list[Measurement | None]) -> str:
+        return "/".join(f"{m.observed.server_us:.0f}" for m in runs if m and m.observed)
+
+    return f"server CPU µs/inf now {side(now)}, before {side(before)}"
+
+
 def _against_before(ctx: Context, repo: Path, before: Path) -> Row:
     """This tcli untraced against the checkout `before` (no tracing code), on the same repository."""
     now = start_tcli([repo], ctx.workdir / "tcli-now.log")
@@ -104,8 +114,8 @@ def _against_before(ctx: Context, repo: Path, before: Path) -> Row:
         log(f"tracing: add_sub http c=4, untraced, against {before}")
         now_runs, then_runs = interleaved(
             [
-                partial(perf_analyzer, LOAD, now, ctx.windows, ctx.report("pa-now")),
-                partial(perf_analyzer, LOAD, then, ctx.windows, ctx.report("pa-before")),
+                partial(perf_analyzer, LOAD, now, ctx.windows, ctx.report("pa-now"), watch=True),
+                partial(perf_analyzer, LOAD, then, ctx.windows, ctx.report("pa-before"), watch=True),
             ],
             ctx.rounds,
         )
@@ -122,7 +132,7 @@ def _against_before(ctx: Context, repo: Path, before: Path) -> Row:
         speed,
         f"{low:.2f}-{high:.2f}",
         None if speed is None else low <= speed <= high,
-        round_ratios(now_runs, then_runs),
+        "; ".join([round_ratios(now_runs, then_runs), _server_cpu(now_runs, then_runs)]),
         {
             "now": [m.throughput for m in now_runs if m],
             "before": [m.throughput for m in then_runs if m],

@@ -34,8 +34,18 @@ class RepositoryPoller:
 
     def start(self) -> None:
         try:
-            from watchdog import events
-            from watchdog.events import FileSystemEventHandler
+            from watchdog.events import (
+                DirCreatedEvent,
+                DirDeletedEvent,
+                DirModifiedEvent,
+                DirMovedEvent,
+                FileClosedEvent,
+                FileCreatedEvent,
+                FileDeletedEvent,
+                FileModifiedEvent,
+                FileMovedEvent,
+                FileSystemEventHandler,
+            )
             from watchdog.observers import Observer
 
             touched = self._touch
@@ -51,15 +61,15 @@ class RepositoryPoller:
             # at load) overflowed inotify's queue with 10,000 models, and watchdog's recovery walks
             # the whole tree again
             changes = [
-                events.FileCreatedEvent,
-                events.DirCreatedEvent,
-                events.FileDeletedEvent,
-                events.DirDeletedEvent,
-                events.FileMovedEvent,
-                events.DirMovedEvent,
-                events.FileModifiedEvent,
-                events.DirModifiedEvent,
-                events.FileClosedEvent,
+                FileCreatedEvent,
+                DirCreatedEvent,
+                FileDeletedEvent,
+                DirDeletedEvent,
+                FileMovedEvent,
+                DirMovedEvent,
+                FileModifiedEvent,
+                DirModifiedEvent,
+                FileClosedEvent,
             ]
             observer = Observer()
             for path in self.paths:

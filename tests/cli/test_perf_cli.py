@@ -167,7 +167,13 @@ def test_ctrl_c_stops_and_reports_what_was_measured(server: Server, tmp_path: Pa
     ]  # never stable: runs until stopped
     env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb"}
     process = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_ctrl_c_delivered,
     )
     assert process.stdout is not None
     lines = []
@@ -200,7 +206,13 @@ def test_grpc_load_shares_connections_as_perf_analyzer_does(
     if share is not None:
         env["TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT"] = share
     process = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_ctrl_c_delivered,
     )
     assert process.stdout is not None
     try:
@@ -221,6 +233,12 @@ def test_grpc_load_shares_connections_as_perf_analyzer_does(
     finally:
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=60)
+
+
+def _ctrl_c_delivered() -> None:
+    """Started as from a terminal: a test suite run in the background (`make test &`) ignores
+    SIGINT, and a child inherits that, so Python would never turn it into KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _free_port() -> int:

@@ -5,13 +5,16 @@ executions in its statistics as Triton does."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from server.app import Server, ServerSettings
 from server.scheduling.rate_limiter import ResourceLimit
-from tests.reference import RealTriton, require_reference_triton
+from tests.reference import RealTriton, TritonStartError, require_reference_triton
 from tests.repo_builder import add_model
 
 ECHO = """
@@ -80,7 +83,16 @@ def test_warmup_and_rate_limiter_match_real_triton(tmp_path: Path) -> None:
         rate_limit_resources=[ResourceLimit("R", 2)],
         model_load_thread_count=1,
     )
-    with RealTriton(binary, tmp_path, flags, require_ready=False) as triton, Server(settings) as tcli:
+    with contextlib.ExitStack() as stack:
+        try:
+            triton = stack.enter_context(RealTriton(binary, tmp_path, flags, require_ready=False))
+        except TritonStartError as exc:
+            if "exited with status -11" not in str(exc):
+                raise
+            # seen even one model at a time ("Cannot remove instance from resource manager", then
+            # SIGSEGV): nothing of tcli's to compare against then
+            pytest.skip("real Triton 2.51 crashed (SIGSEGV) in its rate limiter while loading the models")
+        tcli = stack.enter_context(Server(settings))
         answers = []
         for address in (triton.http_address, f"127.0.0.1:{tcli.http_port}"):
             index = _post(address, "/v2/repository/index")

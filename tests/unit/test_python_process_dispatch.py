@@ -291,9 +291,7 @@ def _pids(answers: list[tuple[Any, bool]]) -> set[int]:
     return {int(outputs(result)["PID"][0]) for result, _ in answers}
 
 
-def test_requests_go_to_the_live_instance_while_the_other_fails_to_start(
-    loop: Loop, tmp_path: Path
-) -> None:
+def test_requests_go_to_the_live_instance_while_the_other_fails_to_start(loop: Loop, tmp_path: Path) -> None:
     """Issue 14: a crashed instance whose new process cannot start leaves the model's requests to the
     other instance, instead of failing them one by one; it is tried again and rejoins once it starts."""
     runner = make_runner(tmp_path, "pp", FRAGILE, count=2)
