@@ -12,7 +12,6 @@ the client use comes out of the instances' share.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import subprocess
 import sys
 import tempfile
@@ -26,23 +25,16 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable f
 
 from benchmarks.harness import PERF_ANALYZER, Server, log, start_tcli, start_triton
 from benchmarks.instances import CONCURRENCY, add_python_models
-from benchmarks.observe import inference_count
-
-
-def _cpu(process: psutil.Process) -> float:
-    with contextlib.suppress(psutil.NoSuchProcess):
-        times = process.cpu_times()
-        return times.user + times.system
-    return 0.0
+from benchmarks.observe import cpu_seconds, inference_count
 
 
 def _snapshot(server: Server, tool: psutil.Process) -> dict[str, float]:
     root = psutil.Process(server.process.pid)
     children = root.children(recursive=True)
     return {
-        "server": _cpu(root),
-        "instances": sum(_cpu(child) for child in children),
-        "client": _cpu(tool) + sum(_cpu(c) for c in tool.children(recursive=True)),
+        "server": cpu_seconds(root),
+        "instances": sum(cpu_seconds(child) for child in children),
+        "client": cpu_seconds(tool) + sum(cpu_seconds(c) for c in tool.children(recursive=True)),
         "idle": psutil.cpu_times().idle,
     }
 

@@ -43,6 +43,14 @@ class Observation:
         return f"{name} {self.tool_pct:.0f}% core ({self.tool_us:.0f} µs/inf)"
 
 
+def cpu_seconds(process: psutil.Process) -> float:
+    """User + system CPU seconds a process has used so far; 0 once it is gone."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        times = process.cpu_times()
+        return times.user + times.system
+    return 0.0
+
+
 class _Tree:
     """CPU seconds used by a process and its children, remembering children that exited."""
 

@@ -24,12 +24,8 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable f
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness import start_tcli
+from benchmarks.observe import cpu_seconds
 from benchmarks.repos import IN_SERVER, copy_examples
-
-
-def _cpu(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return times.user + times.system
 
 
 def main() -> None:
@@ -51,12 +47,12 @@ def main() -> None:
                 for _ in range(300):  # warm-up: instance started, first executions done
                     client.infer(model, inputs)
                 children = root.children(recursive=True)
-                server0, children0 = _cpu(root), sum(_cpu(c) for c in children)
+                server0, children0 = cpu_seconds(root), sum(cpu_seconds(c) for c in children)
                 began = time.perf_counter()
                 for _ in range(count):
                     client.infer(model, inputs)
                 wall = time.perf_counter() - began
-                server1, children1 = _cpu(root), sum(_cpu(c) for c in children)
+                server1, children1 = cpu_seconds(root), sum(cpu_seconds(c) for c in children)
                 print(
                     f"{model:18s} wall {wall / count * 1e6:5.0f} µs/request   server CPU "
                     f"{(server1 - server0) / count * 1e6:4.0f} µs   instance process CPU "

@@ -166,15 +166,7 @@ def test_ctrl_c_stops_and_reports_what_was_measured(server: Server, tmp_path: Pa
         str(report),
     ]  # never stable: runs until stopped
     env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb"}
-    process = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_ctrl_c_delivered,
-    )
+    process = _start_perf(command, env)
     assert process.stdout is not None
     lines = []
     for line in process.stdout:  # wait for three measured windows
@@ -205,15 +197,7 @@ def test_grpc_load_shares_connections_as_perf_analyzer_does(
     env.pop("TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT", None)
     if share is not None:
         env["TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT"] = share
-    process = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_ctrl_c_delivered,
-    )
+    process = _start_perf(command, env)
     assert process.stdout is not None
     try:
         for line in process.stdout:  # a window measured: every slot is sending
@@ -235,9 +219,22 @@ def test_grpc_load_shares_connections_as_perf_analyzer_does(
         process.communicate(timeout=60)
 
 
+def _start_perf(command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """`tcli perf` started as from a terminal, its output piped back as text."""
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_ctrl_c_delivered,
+    )
+
+
 def _ctrl_c_delivered() -> None:
-    """Started as from a terminal: a test suite run in the background (`make test &`) ignores
-    SIGINT, and a child inherits that, so Python would never turn it into KeyboardInterrupt."""
+    """A test suite run in the background (`make test &`) ignores SIGINT, and a child inherits that,
+    so Python would never turn it into KeyboardInterrupt."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
