@@ -7,8 +7,8 @@ thread calls execute_channels(), which hands the batch to the instance process a
 the GIL) for the result; or the event loop calls start_batch(), which hands the batch over and
 returns, its callback getting the results later on the loop (`server.scheduling.dispatch`: no
 thread between the front end and the process, each of which would cost a GIL switch per request).
-The instance process (`process_worker`, started with multiprocessing's "spawn": the server has
-event-loop and gRPC threads, which a fork would copy in a broken state) imports model.py with our
+The instance process (`process_worker`, forked from the preloaded zygote of `process_life`, never
+from the threaded server) imports model.py with our
 pb_utils, runs initialize() with the same args as in-thread, execute() per batch and finalize() at
 unload. Tensors go both ways through shared memory (`shm`); the pipes carry small tuples.
 
@@ -37,7 +37,6 @@ import collections
 import contextlib
 import itertools
 import logging
-import multiprocessing
 import os
 import pickle
 import queue
@@ -63,7 +62,7 @@ from server.backends.python.host import HostSpec, answered
 from server.backends.python.metric_forwarding import ForwardedMetrics
 from server.backends.python.pb_utils import model_control as pb_model_control
 from server.backends.python.pb_utils import scope as pb_scope
-from server.backends.python.process_life import exit_text, main_hidden
+from server.backends.python.process_life import exit_text, instance_context, main_hidden, server_state
 from server.backends.python.shm import InputArena, RingReader, fits_inline
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceResponse
@@ -266,7 +265,7 @@ class _Process:
         self.metrics = ForwardedMetrics()  # its custom metrics, released when it ends
         from server.backends.python import process_worker
 
-        context = multiprocessing.get_context("spawn")
+        context = instance_context()
         self._conn, child_conn = context.Pipe()
         child_answers, self._answers = context.Pipe(duplex=False)
         levels = {
@@ -275,7 +274,7 @@ class _Process:
         }
         self._process: BaseProcess = context.Process(
             target=process_worker.main,
-            args=(child_conn, child_answers, owner._spec, self.ring.segment_name, levels),
+            args=(child_conn, child_answers, owner._spec, self.ring.segment_name, levels, server_state()),
             name=f"tcli-python-{owner.instance}",
             daemon=True,  # gone with the server, even when it exits without unloading
         )

@@ -59,10 +59,22 @@ _CANCELLED_KEPT = 4096  # cancellations remembered for requests no sender is lef
 
 
 def main(
-    conn: Connection, answers: Connection, spec: HostSpec, ring_name: str, log_levels: dict[str, int]
+    conn: Connection,
+    answers: Connection,
+    spec: HostSpec,
+    ring_name: str,
+    log_levels: dict[str, int],
+    server_state: tuple[dict[str, str], str],
 ) -> None:
     """The process entry point (a `multiprocessing` target): `conn` carries batches in and everything
-    the process says out; `answers` carries the server's answers to its calls."""
+    the process says out; `answers` carries the server's answers to its calls. `server_state` is the
+    server's environment and working directory when it started this process (the zygote's are
+    older)."""
+    environ, cwd = server_state
+    os.environ.clear()
+    os.environ.update(environ)
+    with contextlib.suppress(OSError):  # removed since: the zygote's stays, as a spawned child's would fail
+        os.chdir(cwd)
     # Ctrl-C, `kill -- -<pgid>` and systemd's stop signal the whole group: the server drains its
     # requests, then stops us itself (a pipe that closes, the server gone, ends us too)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
