@@ -51,12 +51,10 @@ from server.backends.base import (
     InstanceSpec,
     LoopRequestModel,
     ModelContext,
-    ModelError,
     NotStarted,
-    Rescheduled,
     ResponseChannel,
 )
-from server.backends.python import readiness
+from server.backends.python import hop_frames, readiness
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.host import HostSpec, answered
 from server.backends.python.metric_forwarding import ForwardedMetrics
@@ -70,7 +68,6 @@ from server.protocol.types import InferenceResponse
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
-    from server.backends.python.shm import TensorMeta
     from server.protocol.types import InferenceRequest
 
 _LOG = logging.getLogger("tcli.python_process")
@@ -315,16 +312,8 @@ class _Process:
         """Send one batch (the instance's only one: the arena holds its inputs until the process has
         read them); `done` gets its results."""
         self._reclaim_from_closed_loop()
-        arena_name, metas = arena.write([t for r in requests for t in r.inputs])
-        described = []
-        for request in requests:
-            count = len(request.inputs)
-            described.append(
-                (request.id, metas[:count], [o.name for o in request.outputs], request.parameters)
-            )
-            metas = metas[count:]
-        # pickled first: a value pickle refuses fails the batch before anything waits on it
-        message = pickle.dumps(("exec", batch_id, arena_name, described, channels is not None), _PROTOCOL)
+        # encoded first: a value that cannot be encoded fails the batch before anything waits on it
+        message = hop_frames.encode_exec(batch_id, requests, channels is not None, arena)
         with self._lock:
             dead = self.dead
             if not dead:
@@ -417,17 +406,18 @@ class _Process:
         """The reader thread: every message until the end, or until the handover to the loop."""
         while True:
             try:
-                message = pickle.loads(self._conn.recv_bytes())
+                data = self._conn.recv_bytes()
             except (EOFError, OSError):
                 break
-            if message[0] == "handover" and self._loop is not None:
+            message = None if hop_frames.kind_of(data) else pickle.loads(data)
+            if message is not None and message[0] == "handover" and self._loop is not None:
                 try:
                     self._loop.call_soon_threadsafe(self._read_on_loop)
                 except RuntimeError:  # that loop is closed: go on reading here
                     continue
                 self._handed_over = True
                 return
-            self._handle_safely(message)
+            self._handle_safely(data, message)
         self._eof = True
         self._ended()
 
@@ -455,7 +445,7 @@ class _Process:
             # waiting for the process's exit code must not hold up the loop
             threading.Thread(target=self._ended, name=f"{self.owner.name}_ended", daemon=True).start()
             return
-        self._handle_safely(pickle.loads(data))
+        self._handle_safely(data)
 
     def _off_loop(self) -> None:
         if self._on_loop:
@@ -496,31 +486,40 @@ class _Process:
                     self._off_loop()
                 return
 
-    def _handle_safely(self, message: tuple[Any, ...]) -> None:
+    def _handle_safely(self, data: bytes, message: tuple[Any, ...] | None = None) -> None:
         try:
-            self._handle(message)
+            if hop_frames.kind_of(data):
+                self._results(data)
+            else:
+                self._handle(pickle.loads(data) if message is None else message)
         except Exception:  # a bug of ours must not stop the instance answering
             _LOG.exception("python model '%s' instance '%s'", self.owner.name, self.owner.instance)
 
+    def _results(self, data: bytes) -> None:
+        """A DONE or SEND frame: a batch's results, or one response of a sender."""
+        owner = self.owner
+        try:
+            # writable outputs: views of our own copy of the frame
+            frame = hop_frames.decode_results(bytearray(data), self.ring.view(), owner.name, owner.version)
+        finally:
+            self.ring.free(hop_frames.ring_end(data))
+        if frame.kind == hop_frames.DONE:
+            with self._lock:
+                batch = self._batches.pop(frame.batch_id)
+                for index, result in enumerate(frame.results):
+                    if result is not None:  # answered: its sender is closed
+                        self._channels.pop((frame.batch_id, index), None)
+            batch.done(frame.results)
+            return
+        key = (frame.batch_id, frame.index)
+        with self._lock:
+            channel = (self._channels.pop if frame.final else self._channels.get)(key, None)
+        if channel is not None:
+            channel.send(frame.results[0], frame.final)
+
     def _handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
-        if kind == "done":
-            _, batch_id, encoded, end = message
-            results = self._decode(encoded, end)
-            with self._lock:
-                batch = self._batches.pop(batch_id)
-                for index, result in enumerate(results):
-                    if result is not None:  # answered: its sender is closed
-                        self._channels.pop((batch_id, index), None)
-            batch.done(results)
-        elif kind == "send":
-            _, batch_id, index, final, encoded, end = message
-            result = self._decode(encoded, end)[0]
-            with self._lock:
-                channel = (self._channels.pop if final else self._channels.get)((batch_id, index), None)
-            if channel is not None:
-                channel.send(result, final)
-        elif kind == "call":
+        if kind == "call":
             self._call(*message[1:])
         elif kind == "metrics":
             self.metrics.apply(message[1])
@@ -590,29 +589,6 @@ class _Process:
             self._answer(call_id, str(exc) or type(exc).__name__, None)
         finally:
             self._bls_streams.pop(call_id, None)
-
-    def _decode(self, encoded: list[Any], end: int | None) -> list[Result]:
-        metas: list[TensorMeta] = [
-            m for item in encoded if item is not None and item[0] == "r" for m in item[2]
-        ]
-        tensors = self.ring.read(metas, end)
-        results: list[Result] = []
-        for item in encoded:
-            if item is None:
-                results.append(None)
-            elif item[0] == "x":  # released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
-                results.append(Rescheduled())
-            elif item[0] == "e":
-                results.append(TritonError(ErrorCode[item[1]], item[2]))
-            elif item[0] == "m":  # the model's own failure, with its traceback
-                results.append(ModelError(item[2], item[3], ErrorCode[item[1]]))
-            else:
-                (request_id, parameters), count = item[1], len(item[2])
-                outputs, tensors = tensors[:count], tensors[count:]
-                results.append(
-                    InferenceResponse(self.owner.name, self.owner.version, request_id, outputs, parameters)
-                )
-        return results
 
     def _died(self) -> TritonError:
         code = self._process.exitcode

@@ -24,16 +24,16 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from multiprocessing.context import BaseContext
+    from multiprocessing.context import ForkServerContext
 
 _start_lock = threading.Lock()
 # what every instance process needs, imported once in the zygote
 _PRELOAD = ["numpy", "server.backends.python.process_worker"]
 
 
-def instance_context() -> BaseContext:
+def instance_context() -> ForkServerContext:
     """The multiprocessing context that starts instance processes: the preloaded zygote."""
-    context = multiprocessing.get_context("forkserver")
+    context: ForkServerContext = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(_PRELOAD)
     return context
 

@@ -33,7 +33,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from server.backends.base import ModelError, Rescheduled, tcli_bug
+from server.backends.base import tcli_bug
+from server.backends.python import hop_frames
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.host import HostSpec, PythonModel
 from server.backends.python.metric_forwarding import ForwardingRegistry
@@ -42,16 +43,13 @@ from server.backends.python.pb_utils import model_control as pb_model_control
 from server.backends.python.pb_utils import requests as pb_requests
 from server.backends.python.pb_utils import scope as pb_scope
 from server.backends.python.shm import ArenaView, RingWriter
-from server.protocol.errors import TritonError, client_cancelled
-from server.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput
+from server.protocol.errors import ErrorCode, TritonError, client_cancelled
+from server.protocol.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
-# what goes back for one request: None (it answers through its sender), an error (the model's own
-# with its traceback), a response, or ("x",): the model rescheduled it
-ResultMeta = tuple[Any, ...] | None
 _LOG = logging.getLogger("tcli.python_process")
 
 
@@ -189,10 +187,10 @@ class _Worker:
         self._model = model
         self.send(("ready", None, model.has_readiness))
         while True:
-            message = _receive(self._conn)
-            if message[0] == "exec":
-                self._execute(model, *message[1:])
-            elif message[0] == "stop":
+            data = _receive_bytes(self._conn)
+            if hop_frames.kind_of(data) == hop_frames.EXEC:
+                self._execute(model, bytearray(data))  # writable: the inputs are views of it
+            elif pickle.loads(data)[0] == "stop":
                 break
         with contextlib.suppress(Exception):
             model.unload()
@@ -227,36 +225,37 @@ class _Worker:
         self.send(("probed", probe_id, model is not None and model.ready()))
 
     # the model ---------------------------------------------------------------------------------------
-    def _execute(
-        self, model: PythonModel, batch_id: int, arena: str | None, metas: list[Any], senders: bool
-    ) -> None:
+    def _execute(self, model: PythonModel, frame: bytearray) -> None:
+        try:
+            batch = hop_frames.decode_exec(frame, self._arena.view)
+        except hop_frames.FrameError:  # a bug of ours or a torn pipe: nothing to answer to
+            _LOG.exception("python model '%s': a batch that does not decode", self._spec.name)
+            return
+        batch_id, count = batch.batch_id, len(batch.requests)
         # requests whose clients left while they waited here are answered, not run
-        waiting = [i for i in range(len(metas)) if (batch_id, i) not in self.cancelled]
-        results: list[InferenceResponse | TritonError | None] = [client_cancelled()] * len(metas)
+        cancelled = self.cancelled
+        waiting = [i for i in range(count) if (batch_id, i) not in cancelled] if cancelled else range(count)
+        results: list[InferenceResponse | TritonError | None] = (
+            [None] * count if len(waiting) == count else [client_cancelled()] * count
+        )
         try:
             if waiting:
+                name, version = self._spec.name, self._spec.version
                 requests = [
-                    InferenceRequest(
-                        self._spec.name,
-                        self._spec.version,
-                        request_id,
-                        self._arena.read(arena, inputs),
-                        [RequestedOutput(name) for name in outputs],
-                        parameters,
-                    )
-                    for request_id, inputs, outputs, parameters in (metas[i] for i in waiting)
+                    InferenceRequest(name, version, r.id, r.inputs, r.outputs, r.parameters)
+                    for r in (batch.requests[i] for i in waiting)
                 ]
-                channels = [_Channel(self, batch_id, i) for i in waiting] if senders else None
+                channels = [_Channel(self, batch_id, i) for i in waiting] if batch.senders else None
                 for index, result in zip(waiting, model.execute_channels(requests, channels), strict=True):
                     results[index] = result
         except Exception as exc:  # a bug of ours: the batch fails, the instance goes on
-            self._log_bug("running", [meta[0] for meta in metas])
+            self._log_bug("running", [r.id for r in batch.requests])
             error = tcli_bug(exc)
-            results = [error] * len(metas)
-        if len(self.cancelled) > _CANCELLED_KEPT:
+            results = [error] * count
+        if len(cancelled) > _CANCELLED_KEPT:
             with self._cancel_lock:
                 self.cancelled -= {key for key in self.cancelled if key[0] < batch_id - _CANCELLED_KEPT}
-        self.send_results("done", (batch_id,), results)
+        self.send_results(hop_frames.DONE, batch_id, 0, False, results)
 
     def sender_closed(self, batch_id: int, index: int) -> None:
         """A request's response sender sent its final flag: its cancellation is no longer news."""
@@ -264,33 +263,24 @@ class _Worker:
             self.cancelled.discard((batch_id, index))
 
     def send_results(
-        self, kind: str, header: tuple[Any, ...], results: list[InferenceResponse | TritonError | None]
+        self,
+        kind: int,
+        batch_id: int,
+        index: int,
+        final: bool,
+        results: list[InferenceResponse | TritonError | None],
     ) -> None:
-        """One message with `results`, their tensors in the ring (in message order)."""
+        """One DONE or SEND frame with `results`, their large tensors in the ring (in message order)."""
         with self._lock:
             try:
-                tensors = [t for r in results if isinstance(r, InferenceResponse) for t in r.outputs]
-                metas, end = self._ring.put(tensors)
-                encoded: list[ResultMeta] = []
-                for result in results:
-                    if isinstance(result, InferenceResponse):
-                        count = len(result.outputs)
-                        encoded.append(("r", (result.id, result.parameters), metas[:count]))
-                        metas = metas[count:]
-                    elif isinstance(result, Rescheduled):
-                        encoded.append(("x",))
-                    elif isinstance(result, ModelError):
-                        encoded.append(("m", result.code.name, result.message, result.trace))
-                    elif isinstance(result, TritonError):
-                        encoded.append(("e", result.code.name, result.message))
-                    else:
-                        encoded.append(None)
+                frame = hop_frames.encode_results(kind, batch_id, index, final, results, self._ring)
             except Exception as exc:  # e.g. an output numpy cannot copy: these requests fail
                 ids = [r.id for r in results if isinstance(r, InferenceResponse)]
                 self._log_bug("sending the results of", ids)
-                error = ("e", "INTERNAL", tcli_bug(exc).message)
-                encoded, end = [None if r is None else error for r in results], None
-            self._send_locked(pickle.dumps((kind, *header, encoded, end), _PROTOCOL))
+                error = TritonError(ErrorCode.INTERNAL, tcli_bug(exc).message)
+                failed = [None if r is None else error for r in results]
+                frame = hop_frames.encode_results(kind, batch_id, index, final, failed, hop_frames.INLINE)
+            self._send_locked(frame)
 
     def _log_bug(self, doing: str, request_ids: list[str]) -> None:
         """The traceback of the exception being handled, to the server's log (through the pipe)."""
@@ -359,12 +349,19 @@ class _Channel:
         self._index = index
 
     def send(self, result: InferenceResponse | TritonError | None, final: bool, /) -> None:
-        self._worker.send_results("send", (self._batch, self._index, final), [result])
+        self._worker.send_results(hop_frames.SEND, self._batch, self._index, final, [result])
         if final and self._worker.cancelled:
             self._worker.sender_closed(self._batch, self._index)
 
     def is_cancelled(self) -> bool:
         return (self._batch, self._index) in self._worker.cancelled
+
+
+def _receive_bytes(conn: Connection) -> bytes:
+    try:
+        return conn.recv_bytes()
+    except (EOFError, OSError):  # the server is gone: nothing left to answer to
+        os._exit(0)
 
 
 def _receive(conn: Connection) -> tuple[Any, ...]:

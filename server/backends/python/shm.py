@@ -1,6 +1,5 @@
 """Tensors between the server and a python instance's own process, through shared memory: the pipe
-carries small tuples that say where each tensor is (BYTES tensors, numpy object arrays, ride in the
-tuples themselves and are pickled).
+carries the frames of `hop_frames`, whose tensor descriptors say where each tensor is.
 
 Two regions per instance, both created and unlinked by the server process, so nothing outlives an
 instance even when its process dies:
@@ -14,14 +13,13 @@ instance even when its process dies:
 Both grow, to a new segment twice as large, when something does not fit.
 
 A message whose tensors are small (INLINE_LIMIT) carries their bytes itself instead: copying a few
-bytes through the pickle costs less than placing them in a segment and reading them back.
+bytes into the frame costs less than placing them in a segment and reading them back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import math
 import os
 from collections.abc import Callable, Sequence
 from multiprocessing import shared_memory
@@ -36,10 +34,6 @@ _MIN_SIZE = 1 << 20
 _HEADER = 64  # the ring's first cache line holds its tail (int64), written by the reader only
 INLINE_LIMIT = 16 << 10  # bytes: up to this, a message's tensors ride in the message
 
-# (name, wire datatype, shape, numpy dtype str, offset) for a tensor in shared memory;
-# (name, wire datatype, shape, numpy dtype str, bytes) for a small tensor carried in the message;
-# (name, wire datatype, shape, None, object array) for a BYTES tensor carried in the message
-TensorMeta = tuple[str, str, tuple[int, ...], str | None, Any]
 
 _serial = itertools.count(1)
 
@@ -74,63 +68,16 @@ def _aligned(n: int) -> int:
     return (n + ALIGN - 1) & ~(ALIGN - 1)
 
 
-def _raw(tensors: Sequence[Tensor]) -> list[np.ndarray[Any, Any] | None]:
-    """Each tensor's array as it will be copied (contiguous), None for BYTES (object) tensors."""
-    return [None if t.data.dtype == object else np.ascontiguousarray(t.data) for t in tensors]
-
-
 def space(arrays: Sequence[np.ndarray[Any, Any] | None]) -> int:
     return sum(_aligned(a.nbytes) for a in arrays if a is not None)
 
 
 def fits_inline(tensors: Sequence[Tensor]) -> bool:
-    """Whether `tensors` ride in the message rather than through a segment (InputArena.write)."""
-    return sum(_aligned(t.data.nbytes) for t in tensors if t.data.dtype != object) <= INLINE_LIMIT
-
-
-def write(
-    buf: memoryview, offset: int, tensors: Sequence[Tensor], arrays: Sequence[np.ndarray[Any, Any] | None]
-) -> list[TensorMeta]:
-    """Copy `tensors` (with their `_raw` arrays) into `buf` from `offset` on; their metadata."""
-    metas: list[TensorMeta] = []
-    for tensor, array in zip(tensors, arrays, strict=True):
-        if array is None:
-            metas.append((tensor.name, tensor.datatype, tensor.data.shape, None, tensor.data))
-            continue
-        size = array.nbytes
-        if size:
-            buf[offset : offset + size] = array.reshape(-1).view(np.uint8).data
-        metas.append((tensor.name, tensor.datatype, array.shape, array.dtype.str, offset))
-        offset += _aligned(size)
-    return metas
-
-
-def inline(tensors: Sequence[Tensor], arrays: Sequence[np.ndarray[Any, Any] | None]) -> list[TensorMeta]:
-    """The metadata of `tensors` carrying their bytes (small tensors: no shared memory)."""
-    return [
-        (t.name, t.datatype, t.data.shape, None, t.data)
-        if a is None
-        else (t.name, t.datatype, a.shape, a.dtype.str, a.tobytes())
-        for t, a in zip(tensors, arrays, strict=True)
-    ]
-
-
-def read(buf: memoryview | None, metas: Sequence[TensorMeta]) -> list[Tensor]:
-    """Tensors from their metadata, copied out of `buf` (which is reused once they are read)."""
-    tensors = []
-    for name, datatype, shape, dtype, where in metas:
-        count = math.prod(shape)
-        if dtype is None:
-            data = where
-        elif count == 0:  # took no space (and may come without any segment)
-            data = np.empty(shape, np.dtype(dtype))
-        elif type(where) is bytes:
-            data = np.frombuffer(where, np.dtype(dtype), count).reshape(shape).copy()  # writable
-        else:
-            assert buf is not None
-            data = np.frombuffer(buf, np.dtype(dtype), count, where).reshape(shape).copy()
-        tensors.append(Tensor(name, datatype, shape, data))
-    return tensors
+    """Whether `tensors` surely ride in the frame rather than through a segment (InputArena.place).
+    BYTES tensors are counted out: their size is known only once serialized."""
+    if any(t.data.dtype == object for t in tensors):
+        return False
+    return sum(_aligned(t.data.nbytes) for t in tensors) <= INLINE_LIMIT
 
 
 class InputArena:
@@ -139,22 +86,40 @@ class InputArena:
     def __init__(self) -> None:
         self.segment: shared_memory.SharedMemory | None = None
 
-    def write(self, tensors: Sequence[Tensor]) -> tuple[str | None, list[TensorMeta]]:
-        arrays = _raw(tensors)
+    def place(
+        self, arrays: Sequence[np.ndarray[Any, Any]]
+    ) -> tuple[list[int] | None, str | None, int | None]:
+        """hop_frames.Placement: a batch's input arrays copied into the arena, unless they are small."""
         needed = space(arrays)
         if needed <= INLINE_LIMIT:
-            return None, inline(tensors, arrays)
+            return None, None, None
+        self._ensure(needed)
+        assert self.segment is not None
+        return _copy_in(_buf(self.segment), 0, arrays), self.segment.name, None
+
+    def _ensure(self, needed: int) -> None:
         if self.segment is None or self.segment.size < needed:
             old_size = self.segment.size if self.segment is not None else 0
             # the instance process still maps the old one until it reads the new name: unlinking only
             # removes the name
             _drop(self.segment, unlink=True)
             self.segment = _new_segment(max(needed, 2 * old_size, _MIN_SIZE))
-        return self.segment.name, write(_buf(self.segment), 0, tensors, arrays)
 
     def close(self) -> None:
         _drop(self.segment, unlink=True)
         self.segment = None
+
+
+def _copy_in(buf: memoryview, offset: int, arrays: Sequence[np.ndarray[Any, Any]]) -> list[int]:
+    """Copy contiguous `arrays` into `buf` from `offset` on, each aligned; their offsets."""
+    offsets = []
+    for array in arrays:
+        size = array.nbytes
+        if size:
+            buf[offset : offset + size] = array.reshape(-1).view(np.uint8).data
+        offsets.append(offset)
+        offset += _aligned(size)
+    return offsets
 
 
 class ArenaView:
@@ -163,11 +128,14 @@ class ArenaView:
     def __init__(self) -> None:
         self._segment: shared_memory.SharedMemory | None = None
 
-    def read(self, name: str | None, metas: Sequence[TensorMeta]) -> list[Tensor]:
-        if name is not None and (self._segment is None or self._segment.name != name.lstrip("/")):
+    def view(self, name: str | None) -> memoryview | None:
+        """The arena named `name` (attached again when it changed); None for no name."""
+        if name is None:
+            return None
+        if self._segment is None or self._segment.name != name.lstrip("/"):
             _drop(self._segment, unlink=False)
             self._segment = shared_memory.SharedMemory(name=name)
-        return read(_buf(self._segment) if self._segment is not None else None, metas)
+        return _buf(self._segment)
 
     def close(self) -> None:
         _drop(self._segment, unlink=False)
@@ -196,12 +164,13 @@ class RingReader:
         self._tail = np.frombuffer(_buf(self.segment), np.int64, 1, 0)
         return self.segment.name
 
-    def read(self, metas: Sequence[TensorMeta], end: int | None) -> list[Tensor]:
-        """The tensors of one message, copied out; then their space is free again."""
-        tensors = read(_buf(self.segment) if self.segment is not None else None, metas)
+    def view(self) -> memoryview | None:
+        return _buf(self.segment) if self.segment is not None else None
+
+    def free(self, end: int | None) -> None:
+        """The reader is done with a message's tensors, which ended at `end`."""
         if end is not None and self._tail is not None:
             self._tail[0] = end  # one aligned 8-byte store, which the writer reads whole
-        return tensors
 
     def close(self) -> None:
         self._tail = None
@@ -220,16 +189,16 @@ class RingWriter:
         self._head = 0
         self._attach(name)
 
-    def put(self, tensors: Sequence[Tensor]) -> tuple[list[TensorMeta], int | None]:
-        """Write `tensors`: their metadata and the ring position the reader frees when done."""
-        arrays = _raw(tensors)
+    def place(
+        self, arrays: Sequence[np.ndarray[Any, Any]]
+    ) -> tuple[list[int] | None, str | None, int | None]:
+        """hop_frames.Placement: a message's output arrays appended to the ring, unless they are small."""
         needed = space(arrays)
         if needed <= INLINE_LIMIT:
-            return inline(tensors, arrays), None
+            return None, None, None
         offset = self._reserve(needed)
         assert self._segment is not None
-        metas = write(_buf(self._segment), _HEADER + offset, tensors, arrays)
-        return metas, self._head
+        return _copy_in(_buf(self._segment), _HEADER + offset, arrays), None, self._head
 
     def _reserve(self, needed: int) -> int:
         if self._segment is not None:
