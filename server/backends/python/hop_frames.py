@@ -109,6 +109,18 @@ def _json(parameters: dict[str, Any]) -> bytes:
     return json.dumps(parameters).encode() if parameters else b""
 
 
+# request parameters the front ends consume, which an instance never reads
+_FRONT_END_ONLY = ("binary_data_output", "headers")
+
+
+def _request_parameters(parameters: dict[str, Any]) -> bytes:
+    if not parameters:
+        return b""
+    if any(key in parameters for key in _FRONT_END_ONLY):
+        parameters = {k: v for k, v in parameters.items() if k not in _FRONT_END_ONLY}
+    return _json(parameters)
+
+
 def _flat(tensor: Tensor) -> np.ndarray[Any, Any]:
     """The tensor's bytes as one contiguous array (BYTES serialized)."""
     data = tensor.data
@@ -185,7 +197,7 @@ def encode_exec(
     parts = [_EXEC_HEAD.pack(EXEC, batch_id, len(requests), 1 if senders else 0, len(arena)), arena]
     cursor = 0
     for request in requests:
-        request_id, parameters = _text(request.id), _json(request.parameters)
+        request_id, parameters = _text(request.id), _request_parameters(request.parameters)
         parts.append(
             _REQUEST.pack(len(request_id), len(parameters), len(request.outputs), len(request.inputs))
         )

@@ -429,14 +429,13 @@ class PythonModel(RequestModel):
 
     # conversions -----------------------------------------------------------------------------------
     def _to_pb(self, request: InferenceRequest, sender: Any = None, is_cancelled: Any = None) -> Any:
-        inputs = [
-            pb_host.tensor_from_storage(t.name, t.data, pb_host.wire_to_dtype(t.datatype))
-            if t.datatype == "BF16"
-            else pb_utils.Tensor(t.name, t.data)
-            for t in request.inputs
-        ]
+        inputs = [pb_host.input_tensor(t.name, t.data, t.datatype) for t in request.inputs]
         flags = (1 if request.sequence_start else 0) | (2 if request.sequence_end else 0)
-        parameters = {k: v for k, v in request.parameters.items() if k not in _RESERVED_PARAMETERS}
+        parameters = (
+            {k: v for k, v in request.parameters.items() if k not in _RESERVED_PARAMETERS}
+            if request.parameters
+            else {}
+        )
         return pb_host.new_execute_request(
             inputs=inputs,
             requested_output_names=[o.name for o in request.outputs] or self._outputs,

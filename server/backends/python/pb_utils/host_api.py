@@ -84,6 +84,18 @@ def tensor_from_storage(name: str, array: npt.NDArray[Any], triton_dtype: int) -
     return _tensor_from_storage(_check_tensor_name(name), array, triton_dtype)
 
 
+_WIRE_CODES = {name: index + 1 for index, name in enumerate(_WIRE_NAMES)}
+
+
+def input_tensor(name: str, array: npt.NDArray[Any], wire_type: str) -> Tensor:
+    """An input tensor the server decoded and checked against the config: not checked again (a
+    request's inputs cost the most of what execute() gets). BF16 arrays hold the raw 16-bit values."""
+    triton_dtype = _WIRE_CODES[wire_type]
+    if triton_dtype == TYPE_BF16 and array.dtype != np.uint16:
+        array = array.view(np.uint16)
+    return _tensor_from_storage(name, array, triton_dtype)
+
+
 def tensor_storage(tensor: Tensor) -> npt.NDArray[Any]:
     """The array behind a Tensor, BF16 included (as uint16 bits)."""
     return tensor._array
