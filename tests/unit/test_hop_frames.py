@@ -102,7 +102,7 @@ def test_every_kind_of_result_comes_back() -> None:
     ]
     frame = hf.encode_results(hf.DONE, 4, 0, False, results, hf.INLINE)
     assert hf.ring_end(frame) is None
-    decoded = hf.decode_results(bytearray(frame), None, "m", "1")
+    decoded = hf.decode_results(bytearray(frame), lambda: None, "m", "1")
     assert (decoded.kind, decoded.batch_id) == (hf.DONE, 4)
     got = decoded.results
     assert isinstance(got[0], InferenceResponse)
@@ -127,7 +127,7 @@ def test_a_sender_response_says_which_request_and_whether_it_is_the_last() -> No
     big = Tensor("OUT", "INT32", (10000,), np.arange(10000, dtype=np.int32))
     frame = hf.encode_results(hf.SEND, 7, 3, True, [InferenceResponse("m", "1", "x", [big])], segment)
     assert hf.ring_end(frame) == 64 + 40000
-    decoded = hf.decode_results(bytearray(frame), memoryview(segment.buffer), "m", "1")
+    decoded = hf.decode_results(bytearray(frame), lambda: memoryview(segment.buffer), "m", "1")
     assert (decoded.kind, decoded.batch_id, decoded.index, decoded.final, decoded.end) == (
         hf.SEND,
         7,
@@ -161,7 +161,7 @@ def _decode(frame: bytes) -> None:
     if frame[:1] == bytes((hf.EXEC,)):
         hf.decode_exec(bytearray(frame), lambda name: view)
     else:
-        hf.decode_results(bytearray(frame), view, "m", "1")
+        hf.decode_results(bytearray(frame), lambda: view, "m", "1")
 
 
 @pytest.mark.parametrize("which", [0, 1])

@@ -292,7 +292,7 @@ class _Reader:
             raise FrameError(f"parameters that are not a JSON object at {start}")
         return value
 
-    def tensor(self, shared: memoryview | None) -> Tensor:
+    def tensor(self, segment: Callable[[], memoryview | None]) -> Tensor:
         buffer, start = self.buffer, self.position
         name_size, datatype, ndim, place = _TENSOR.unpack_from(buffer, self.take(_TENSOR.size))
         self.take(name_size + 8 * ndim)
@@ -306,6 +306,7 @@ class _Reader:
         name, datatype, shape, count = known
         if place == 1:
             nbytes, start = _SIZES.unpack_from(buffer, self.take(16))
+            shared = segment()
             if shared is None or start + nbytes > len(shared):
                 raise FrameError(f"tensor '{name}' lies outside its shared segment")
             source = shared
@@ -404,10 +405,12 @@ def decode_exec(
         if kind != EXEC:
             raise FrameError(f"frame of kind {kind} where a batch was expected")
         arena_name = reader.text(arena_size) or None
-        try:
-            arena = attach(arena_name)
-        except (OSError, ValueError) as exc:
-            raise FrameError(f"input arena '{arena_name}' cannot be mapped: {exc}") from None
+
+        def arena() -> memoryview | None:
+            try:
+                return attach(arena_name)
+            except (OSError, ValueError) as exc:
+                raise FrameError(f"input arena '{arena_name}' cannot be mapped: {exc}") from None
         requests = []
         for _ in range(count):
             id_size, parameters_size, output_count, input_count = reader.unpack(_REQUEST)
@@ -447,9 +450,13 @@ def ring_end(frame: bytes | bytearray | memoryview) -> int | None:
 
 
 def decode_results(
-    frame: bytearray | memoryview, ring: memoryview | None, model_name: str, model_version: str
+    frame: bytearray | memoryview,
+    ring: Callable[[], memoryview | None],
+    model_name: str,
+    model_version: str,
 ) -> Results:
-    """A DONE or SEND frame; shared tensors are copied out of `ring` (freed once this returns)."""
+    """A DONE or SEND frame; shared tensors are copied out of the output ring `ring()` maps (freed
+    once this returns)."""
     try:
         reader = _Reader(memoryview(frame))
         kind, batch_id, index, final, end, count = reader.unpack(_RESULTS_HEAD)

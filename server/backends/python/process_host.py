@@ -60,6 +60,7 @@ from server.backends.python.host import HostSpec, answered
 from server.backends.python.metric_forwarding import ForwardedMetrics
 from server.backends.python.pb_utils import model_control as pb_model_control
 from server.backends.python.pb_utils import scope as pb_scope
+from server.backends.python.pipe_reader import MessageReader
 from server.backends.python.process_life import exit_text, instance_context, main_hidden, server_state
 from server.backends.python.shm import InputArena, RingReader, fits_inline
 from server.protocol.errors import ErrorCode, TritonError
@@ -285,6 +286,8 @@ class _Process:
             raise
         child_conn.close()
         child_answers.close()
+        self._messages = MessageReader(self._conn.fileno())
+        self._inbox: collections.deque[bytes] = collections.deque()  # read, not handled yet
         self.pid = self._process.pid
         self._reader = self._start_reader()
         error = self._ready.result()
@@ -404,11 +407,14 @@ class _Process:
     # reading the process -----------------------------------------------------------------------------
     def _read(self) -> None:
         """The reader thread: every message until the end, or until the handover to the loop."""
+        inbox = self._inbox
         while True:
-            try:
-                data = self._conn.recv_bytes()
-            except (EOFError, OSError):
-                break
+            if not inbox:
+                try:
+                    inbox.extend(self._messages.next_messages())
+                except (EOFError, OSError):
+                    break
+            data = inbox.popleft()
             message = None if hop_frames.kind_of(data) else pickle.loads(data)
             if message is not None and message[0] == "handover" and self._loop is not None:
                 try:
@@ -416,7 +422,7 @@ class _Process:
                 except RuntimeError:  # that loop is closed: go on reading here
                     continue
                 self._handed_over = True
-                return
+                return  # what it read past the handover stays in the inbox, for the loop
             self._handle_safely(data, message)
         self._eof = True
         self._ended()
@@ -425,27 +431,36 @@ class _Process:
         if self._eof or self._stopping:  # stop() reads the rest itself
             return
         assert self._loop is not None
+        self._handle_inbox()
         self._loop.add_reader(self._conn.fileno(), self._readable)
-        # uvloop (libuv) makes a polled fd non-blocking; a message the process is still writing
-        # would then be cut short (EAGAIN) and taken for its death: recv_bytes must wait for the rest
+        # uvloop (libuv) makes a polled fd non-blocking: reads wait for data again (a reader callback
+        # only reads when there is some, so it never waits)
         os.set_blocking(self._conn.fileno(), True)
         self._on_loop = True
 
     def _read_one(self, timeout: float) -> None:
-        if not self._eof and self._conn.poll(timeout):
+        if self._inbox:
+            self._handle_inbox()
+        elif not self._eof and self._conn.poll(timeout):
             self._readable()
 
     def _readable(self) -> None:
-        """The loop's reader callback: one message (the loop calls again while there are more)."""
+        """The loop's reader callback: every message the process has written so far."""
         try:
-            data = self._conn.recv_bytes()
+            self._inbox.extend(self._messages.read())
         except (EOFError, OSError):
+            self._handle_inbox()
             self._off_loop()
             self._eof = True
             # waiting for the process's exit code must not hold up the loop
             threading.Thread(target=self._ended, name=f"{self.owner.name}_ended", daemon=True).start()
             return
-        self._handle_safely(data)
+        self._handle_inbox()
+
+    def _handle_inbox(self) -> None:
+        inbox = self._inbox
+        while inbox:
+            self._handle_safely(inbox.popleft())
 
     def _off_loop(self) -> None:
         if self._on_loop:
@@ -500,7 +515,7 @@ class _Process:
         owner = self.owner
         try:
             # writable outputs: views of our own copy of the frame
-            frame = hop_frames.decode_results(bytearray(data), self.ring.view(), owner.name, owner.version)
+            frame = hop_frames.decode_results(bytearray(data), self.ring.view, owner.name, owner.version)
         finally:
             self.ring.free(hop_frames.ring_end(data))
         if frame.kind == hop_frames.DONE:

@@ -42,6 +42,7 @@ from server.backends.python.pb_utils import metric_registry as pb_metric_registr
 from server.backends.python.pb_utils import model_control as pb_model_control
 from server.backends.python.pb_utils import requests as pb_requests
 from server.backends.python.pb_utils import scope as pb_scope
+from server.backends.python.pipe_reader import MessageReader
 from server.backends.python.shm import ArenaView, RingWriter
 from server.protocol.errors import ErrorCode, TritonError, client_cancelled
 from server.protocol.types import InferenceRequest, InferenceResponse
@@ -186,12 +187,19 @@ class _Worker:
             _exit()
         self._model = model
         self.send(("ready", None, model.has_readiness))
-        while True:
-            data = _receive_bytes(self._conn)
-            if hop_frames.kind_of(data) == hop_frames.EXEC:
-                self._execute(model, bytearray(data))  # writable: the inputs are views of it
-            elif pickle.loads(data)[0] == "stop":
-                break
+        messages = MessageReader(self._conn.fileno())
+        stopping = False
+        while not stopping:
+            try:
+                arrived = messages.next_messages()  # under load, several batches at once
+            except (EOFError, OSError):  # the server is gone: nothing left to answer to
+                os._exit(0)
+            for data in arrived:
+                if hop_frames.kind_of(data) == hop_frames.EXEC:
+                    self._execute(model, bytearray(data))  # writable: the inputs are views of it
+                elif pickle.loads(data)[0] == "stop":
+                    stopping = True
+                    break
         with contextlib.suppress(Exception):
             model.unload()
         self._arena.close()
@@ -355,13 +363,6 @@ class _Channel:
 
     def is_cancelled(self) -> bool:
         return (self._batch, self._index) in self._worker.cancelled
-
-
-def _receive_bytes(conn: Connection) -> bytes:
-    try:
-        return conn.recv_bytes()
-    except (EOFError, OSError):  # the server is gone: nothing left to answer to
-        os._exit(0)
 
 
 def _receive(conn: Connection) -> tuple[Any, ...]:

@@ -1,0 +1,77 @@
+"""Reading a `multiprocessing.connection.Connection`'s messages in bulk: one read() takes every message
+the peer has written so far, where `Connection.recv_bytes` takes one message per two reads. Under
+load the server and an instance process so take several requests or responses per wake-up.
+
+The framing is Connection's own (a 4-byte big-endian signed length, or -1 and an 8-byte length for a
+message over 2 GiB), so the writer keeps `send_bytes`. A message cut short by a non-blocking read
+stays in the buffer until the rest arrives.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+_SHORT = struct.Struct("!i")
+_LONG = struct.Struct("!Q")
+_CHUNK = 1 << 18
+
+
+class MessageReader:
+    """The messages arriving on one file descriptor, in order."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._buffer = bytearray()
+        self.eof = False
+
+    def pending(self) -> list[bytes]:
+        """The complete messages already buffered (no read)."""
+        messages: list[bytes] = []
+        buffer = self._buffer
+        start, end = 0, len(buffer)
+        while end - start >= 4:
+            (size,) = _SHORT.unpack_from(buffer, start)
+            head = 4
+            if size == -1:
+                if end - start < 12:
+                    break
+                (size,) = _LONG.unpack_from(buffer, start + 4)
+                head = 12
+            elif size < 0:
+                raise OSError(f"bad message length {size} on the instance pipe")
+            if end - start - head < size:
+                break
+            messages.append(bytes(buffer[start + head : start + head + size]))
+            start += head + size
+        if start:
+            del buffer[:start]
+        return messages
+
+    def read(self) -> list[bytes]:
+        """What one read() brings, as complete messages (none when it brought only part of one, or
+        nothing on a non-blocking descriptor). At the end of the stream `eof` is set, and an
+        EOFError raised once nothing complete is left."""
+        try:
+            data = os.read(self._fd, _CHUNK)
+        except BlockingIOError:
+            return self.pending()
+        except InterruptedError:
+            return self.pending()
+        if not data:
+            self.eof = True
+            messages = self.pending()
+            if not messages:
+                raise EOFError
+            return messages
+        self._buffer += data
+        return self.pending()
+
+    def next_messages(self) -> list[bytes]:
+        """At least one message, reading (blocking) until there is one; EOFError at the end."""
+        messages = self.pending()
+        while not messages:
+            if self.eof:
+                raise EOFError
+            messages = self.read()
+        return messages

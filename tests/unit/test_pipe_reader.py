@@ -1,0 +1,54 @@
+"""Reading a Connection's messages in bulk (server/backends/python/pipe_reader.py): whatever the peer
+wrote comes out whole and in order, however the bytes are cut, and the end of the stream is told."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import pytest
+
+from server.backends.python.pipe_reader import MessageReader
+
+
+def test_several_messages_written_with_send_bytes_come_out_of_one_read_in_order() -> None:
+    ours, theirs = multiprocessing.Pipe()
+    sent = [b"first", b"", bytes(range(256)) * 40, b"last"]
+    for message in sent:
+        theirs.send_bytes(message)
+    reader = MessageReader(ours.fileno())
+    got: list[bytes] = []
+    while len(got) < len(sent):
+        got += reader.next_messages()
+    assert got == sent
+    theirs.close()
+    with pytest.raises(EOFError):
+        reader.next_messages()
+    ours.close()
+
+
+def test_a_message_cut_short_waits_for_its_rest() -> None:
+    read_end, write_end = os.pipe()
+    reader = MessageReader(read_end)
+    whole = (5).to_bytes(4, "big") + b"hello" + (2).to_bytes(4, "big") + b"hi"
+    for cut in range(1, len(whole)):
+        os.write(write_end, whole[:cut])
+        before = reader.read()
+        os.write(write_end, whole[cut:])
+        after = reader.next_messages() if len(before) < 2 else []
+        while len(before) + len(after) < 2:
+            after += reader.next_messages()
+        assert before + after == [b"hello", b"hi"]
+    os.close(write_end)
+    with pytest.raises(EOFError):
+        reader.next_messages()
+    os.close(read_end)
+
+
+def test_a_negative_length_is_refused() -> None:
+    read_end, write_end = os.pipe()
+    os.write(write_end, (-7).to_bytes(4, "big", signed=True))
+    with pytest.raises(OSError, match="bad message length"):
+        MessageReader(read_end).next_messages()
+    os.close(read_end)
+    os.close(write_end)
