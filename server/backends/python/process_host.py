@@ -57,8 +57,9 @@ from server.backends.base import (
     Rescheduled,
     ResponseChannel,
 )
-from server.backends.python import readiness
+from server.backends.python import execution_env, readiness
 from server.backends.python import triton_python_backend_utils as pb_utils
+from server.backends.python.backend_settings import python_settings
 from server.backends.python.host import HostSpec, answered
 from server.backends.python.metric_forwarding import ForwardedMetrics
 from server.backends.python.pb_utils import model_control as pb_model_control
@@ -93,13 +94,17 @@ class ProcessModel(LoopRequestModel):
 
     def __init__(self, context: ModelContext, instance: InstanceSpec) -> None:
         self._spec = HostSpec.of(context, instance)
+        self.settings = python_settings(context.backend_config)
+        self.environment = execution_env.prepare(context.config, context.model_dir)  # EXECUTION_ENV_PATH
         self.name = self._spec.name
         self.version = self._spec.version
         # one scope per instance: BLS (server/bls.py) tells the instances waiting on its requests apart by it
         self._scope = pb_scope.ModelScope(self.name, self.version, self._spec.version_dir)
         self.instance = instance.name
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self._spec.config_json)
-        self._inputs = InputArena()  # one batch at a time per instance: one arena for every process
+        self._inputs = InputArena(
+            self.settings
+        )  # one batch at a time per instance: one arena for every process
         self._batch_ids = itertools.count(1)
         self._deaths: collections.deque[float] = collections.deque(maxlen=CRASH_LIMIT)
         self._gave_up: TritonError | None = None  # set once the process died too often
@@ -253,6 +258,7 @@ class _Process:
         self._channels: dict[tuple[int, int], ResponseChannel] = {}  # senders still open
         self._bls_streams: dict[int, pb_utils.ResponseIterator] = {}
         self._ready: Future[str | None] = Future()
+        self._started = threading.Event()  # the process is up and talking (stub-timeout-seconds)
         self.has_readiness = False  # the model defines is_model_ready()
         self._probes: dict[int, Future[bool]] = {}
         self._probe_ids = itertools.count(1)
@@ -262,11 +268,11 @@ class _Process:
         self._handed_over = False
         self._on_loop = False  # registered with the loop's reader callbacks
         self._eof = False
-        self.ring = RingReader()
+        self.ring = RingReader(owner.settings)
         self.metrics = ForwardedMetrics()  # its custom metrics, released when it ends
         from server.backends.python import process_worker
 
-        context = multiprocessing.get_context("spawn")
+        context = execution_env.process_context(owner.environment) or multiprocessing.get_context("spawn")
         self._conn, child_conn = context.Pipe()
         child_answers, self._answers = context.Pipe(duplex=False)
         levels = {
@@ -291,6 +297,15 @@ class _Process:
         child_answers.close()
         self.pid = self._process.pid
         self._reader = self._start_reader()
+        if not self._started.wait(owner.settings.stub_timeout_seconds):
+            self._process.kill()  # its end settles _ready
+            self._ready.result()
+            self.stop()
+            raise TritonError(
+                ErrorCode.INTERNAL,
+                f"python model '{owner.name}' instance '{owner.instance}': its process did not start within "
+                f"{owner.settings.stub_timeout_seconds:.0f} s (--backend-config=python,stub-timeout-seconds)",
+            )
         error = self._ready.result()
         if error is not None:
             self.stop()
@@ -528,6 +543,8 @@ class _Process:
         elif kind == "log":
             record: logging.LogRecord = message[1]
             logging.getLogger(record.name).handle(record)
+        elif kind == "started":
+            self._started.set()
         elif kind == "ready":
             self.has_readiness = message[2]
             self._ready.set_result(message[1])
@@ -632,6 +649,7 @@ class _Process:
     def _ended(self) -> None:
         """The process is gone: whatever waits on it gets an error."""
         self._process.join(5)
+        self._started.set()
         with self._lock:
             self.dead = True
             batches, self._batches = self._batches, {}

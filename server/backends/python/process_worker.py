@@ -165,6 +165,7 @@ class _Worker:
         return call_id, call
 
     def run(self) -> None:
+        self.send(("started",))  # up: the model's own start (initialize()) has no time limit
         threading.Thread(target=self._read_answers, name="answers", daemon=True).start()
         try:
             model = PythonModel(self._spec)
