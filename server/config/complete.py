@@ -179,7 +179,10 @@ def _auto_complete_python(
     from server.protocol.config_json import from_json_dict, to_json_dict
 
     name = config.name or model_file.parent.parent.name
-    environment = execution_env.prepare(config, folder.path)  # EXECUTION_ENV_PATH: the model's own python
+    env_path = execution_env.configured_path(config, folder.path)  # EXECUTION_ENV_PATH: the model's python
+    if env_path is not None and execution_env.problem(env_path) is not None:
+        return  # its load (and repo validate) says what is wrong with the environment
+    environment = execution_env.prepare(config, folder.path)
     if environment is not None:
         completed = execution_env.auto_complete(
             environment, model_file, name, to_json_dict(config), python_based

@@ -236,9 +236,7 @@ def _unpacked(archive: Path, model: str) -> Path:
         shutil.rmtree(target, ignore_errors=True)  # a partial unpack (a crash, a full disk)
         try:
             with tarfile.open(archive, "r:*") as packed:
-                # "tar": no member outside the folder, no device files; the links that venv-pack
-                # writes to the base interpreter (absolute) stay, as libarchive keeps them for Triton
-                packed.extractall(target, filter="tar")
+                _extract(packed, target)
             _conda_unpack(target, archive, model)
         except (OSError, tarfile.TarError) as exc:
             shutil.rmtree(target, ignore_errors=True)
@@ -248,6 +246,19 @@ def _unpacked(archive: Path, model: str) -> Path:
             ) from None
         (target / _MARKER).write_text(str(archive), encoding="utf-8")
     return target
+
+
+def _extract(packed: tarfile.TarFile, target: Path) -> None:
+    """Every member under `target`. The "tar" filter refuses members outside it and device files;
+    the links venv-pack writes to the base interpreter (absolute) stay, as libarchive keeps them for
+    Triton. Pythons before 3.11.4 have no filters: names are checked here instead."""
+    if hasattr(tarfile, "tar_filter"):
+        packed.extractall(target, filter="tar")
+        return
+    for member in packed.getmembers():
+        if member.name.startswith("/") or ".." in Path(member.name).parts or member.isdev():
+            raise tarfile.TarError(f"member '{member.name}' would land outside the environment's folder")
+    packed.extractall(target)  # checked above
 
 
 def _conda_unpack(target: Path, archive: Path, model: str) -> None:
