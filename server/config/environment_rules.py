@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from server.backends.python import execution_env
+from server.config import backends
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -13,10 +14,17 @@ if TYPE_CHECKING:
     from server.config.model_folder import ModelFolder
     from server.config.validate import Findings
 
+# backends that never read the parameter (a Python-based backend's models do: they run on the python backend)
+_OTHER_BACKENDS = frozenset(
+    {info.backend for info in backends.PLATFORMS.values() if info.backend} | {"openvino"}
+)
+
 
 def check_execution_env(config: ModelConfig, folder: ModelFolder, found: Findings) -> None:
     """EXECUTION_ENV_PATH (a python model's execution environment) names an archive, or a folder with
     bin/python. Whether its python can run the model is found when it loads (that runs it)."""
+    if config.platform or config.backend in _OTHER_BACKENDS:  # only the python backend reads it
+        return
     path = execution_env.configured_path(config, folder.path)
     if path is None:
         return
