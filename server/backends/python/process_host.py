@@ -102,9 +102,8 @@ class ProcessModel(LoopRequestModel):
         self._scope = pb_scope.ModelScope(self.name, self.version, self._spec.version_dir)
         self.instance = instance.name
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self._spec.config_json)
-        self._inputs = InputArena(
-            self.settings
-        )  # one batch at a time per instance: one arena for every process
+        # one batch at a time per instance: one arena for every process
+        self._inputs = InputArena(self.settings)
         self._batch_ids = itertools.count(1)
         self._deaths: collections.deque[float] = collections.deque(maxlen=CRASH_LIMIT)
         self._gave_up: TritonError | None = None  # set once the process died too often
