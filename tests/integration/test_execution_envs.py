@@ -28,6 +28,7 @@ ONLY_HERE = "tcli_only_in_env"  # the package only the environment has
 MAGIC = 27
 
 ENV_MODEL = f"""
+import os
 import sys
 import numpy as np
 import {ONLY_HERE}
@@ -39,7 +40,8 @@ class TritonPythonModel:
         answers = []
         for request in requests:
             x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
-            prefix = np.array([sys.prefix.encode(), np.__file__.encode()], dtype=np.object_)
+            found = [sys.prefix, np.__file__, os.environ.get("VIRTUAL_ENV", "")]
+            prefix = np.array([text.encode() for text in found], dtype=np.object_)
             answers.append(pb_utils.InferenceResponse([
                 pb_utils.Tensor("Y", (x + {ONLY_HERE}.MAGIC).astype(np.float32)),
                 pb_utils.Tensor("PREFIX", prefix),
@@ -53,7 +55,7 @@ AUTO_COMPLETE = """
 def _complete(config):
     config.add_input({"name": "X", "data_type": "TYPE_FP32", "dims": [2]})
     config.add_output({"name": "Y", "data_type": "TYPE_FP32", "dims": [2]})
-    config.add_output({"name": "PREFIX", "data_type": "TYPE_STRING", "dims": [2]})
+    config.add_output({"name": "PREFIX", "data_type": "TYPE_STRING", "dims": [3]})
     config.set_max_batch_size(0)
     return config
 
@@ -65,7 +67,7 @@ TritonPythonModel.auto_complete_config = staticmethod(_complete)
 def test_the_instance_imports_the_environments_numpy(env_server: tuple[ServeProcess, Path]) -> None:
     """The server's site-packages never reach the instance: its numpy is the environment's own."""
     server, cache = env_server
-    numpy_file = Path(_ask(server, "by_path", numpy_file=True)[1])
+    numpy_file = Path(_ask(server, "by_path", which=1)[1])
     assert numpy_file.is_relative_to(cache), numpy_file
 
 
@@ -75,7 +77,7 @@ name: "{name}"
 backend: "python"
 max_batch_size: 0
 input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 2 ] }} ]
-output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 2 ] }}, {{ name: "PREFIX" data_type: TYPE_STRING dims: [ 2 ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 2 ] }}, {{ name: "PREFIX" data_type: TYPE_STRING dims: [ 3 ] }} ]
 """
     if env_path is not None:
         config += f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{env_path}" }} }}\n'
@@ -195,15 +197,15 @@ def env_server(
         server.stop()
 
 
-def _ask(server: ServeProcess, model: str, numpy_file: bool = False) -> tuple[np.ndarray, str]:
-    """The model's answer to [1, 2], and its sys.prefix (or its numpy's file)."""
+def _ask(server: ServeProcess, model: str, which: int = 0) -> tuple[np.ndarray, str]:
+    """The model's answer to [1, 2], and its sys.prefix (which=1: its numpy's file, 2: $VIRTUAL_ENV)."""
     client = httpclient.InferenceServerClient(server.http_url)
     given = httpclient.InferInput("X", [2], "FP32")
     given.set_data_from_numpy(np.array([1.0, 2.0], dtype=np.float32))
     result = client.infer(model, [given])
     prefix = result.as_numpy("PREFIX")
     assert prefix is not None
-    return result.as_numpy("Y"), prefix[1 if numpy_file else 0].decode()
+    return result.as_numpy("Y"), prefix[which].decode()
 
 
 def _reason(server: ServeProcess, model: str) -> str:
@@ -213,18 +215,16 @@ def _reason(server: ServeProcess, model: str) -> str:
     return str(entry["reason"])
 
 
-def test_the_package_exists_only_in_the_environment(built_env: dict[str, Path]) -> None:
-    assert importlib.util.find_spec(ONLY_HERE) is None  # the server's python (this one) lacks it
-
-
 @pytest.mark.parametrize("model", ["by_path", "in_model_dir"])
 def test_an_archived_environment_runs_the_model_from_the_cache(
     env_server: tuple[ServeProcess, Path], model: str
 ) -> None:
     server, cache = env_server
+    assert importlib.util.find_spec(ONLY_HERE) is None  # the server's python (this one) lacks it
     answer, prefix = _ask(server, model)
     assert answer.tolist() == [1.0 + MAGIC, 2.0 + MAGIC]
     assert Path(prefix).parent == cache  # the unpacked copy, not the venv the archive was made from
+    assert _ask(server, model, which=2)[1] == prefix  # activated: VIRTUAL_ENV is the environment
 
 
 def test_two_models_with_one_archive_share_one_unpacked_copy(env_server: tuple[ServeProcess, Path]) -> None:
