@@ -77,3 +77,18 @@ def test_a_model_without_the_parameter_has_no_environment(tmp_path: Path) -> Non
     config = model_config_pb2.ModelConfig(name="m", backend="python")
     assert execution_env.prepare(config, tmp_path) is None
     assert execution_env.process_context(None) is None
+
+
+def test_a_cache_that_cannot_be_written_is_named_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = _archive(tmp_path)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv(execution_env.CACHE_VARIABLE, str(blocker / "cache"))
+    with pytest.raises(TritonError) as failed:
+        execution_env.prepare(_config(str(archive)), tmp_path)
+    assert failed.value.message.startswith(
+        f"python model 'm': the execution environment cache {blocker}/cache cannot be written ("
+    )
+    assert failed.value.message.endswith(f"set {execution_env.CACHE_VARIABLE} to a writable folder")

@@ -135,8 +135,15 @@ def prepare(config: ModelConfig, model_dir: Path) -> Environment | None:
     found = problem(path)
     if found is not None:
         raise TritonError(ErrorCode.INTERNAL, f"python model '{config.name}': {found}")
-    root = path.resolve() if path.is_dir() else _unpacked(path.resolve(), config.name)
-    return _checked(str(path), root, config.name)
+    try:
+        root = path.resolve() if path.is_dir() else _unpacked(path.resolve(), config.name)
+        return _checked(str(path), root, config.name)
+    except OSError as exc:  # the cache: a read-only home, a full disk
+        raise TritonError(
+            ErrorCode.INTERNAL,
+            f"python model '{config.name}': the execution environment cache {cache_root()} cannot be "
+            f"written ({exc.strerror or exc}): set {CACHE_VARIABLE} to a writable folder",
+        ) from None
 
 
 def process_context(environment: Environment | None) -> EnvContext | None:
