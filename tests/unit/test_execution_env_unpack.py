@@ -76,6 +76,7 @@ def test_a_missing_environment_is_named(tmp_path: Path, cache: Path) -> None:
 def test_a_model_without_the_parameter_has_no_environment(tmp_path: Path) -> None:
     config = model_config_pb2.ModelConfig(name="m", backend="python")
     assert execution_env.prepare(config, tmp_path) is None
+    assert execution_env.prepare(_config(""), tmp_path) is None  # empty: none, as in Triton
     assert execution_env.process_context(None) is None
 
 

@@ -102,8 +102,8 @@ class Environment:
 
 def configured_path(config: ModelConfig, model_dir: Path) -> Path | None:
     """EXECUTION_ENV_PATH with $$TRITON_MODEL_DIRECTORY replaced (its first use, as Triton does), or
-    None when the config does not set it."""
-    if PARAMETER not in config.parameters:
+    None when the config does not set it (or sets it empty: Triton then uses no environment)."""
+    if PARAMETER not in config.parameters or not config.parameters[PARAMETER].string_value:
         return None
     value = config.parameters[PARAMETER].string_value
     return Path(value.replace(MODEL_DIRECTORY, str(model_dir), 1))

@@ -68,7 +68,7 @@ def load(context: ModelContext, instance: InstanceSpec) -> RequestModel:
     override = process_override(context.config)
     setting = process_setting(context.backend_config)
     python_settings(context.backend_config)  # refuses what Triton refuses; logs what tcli ignores
-    if execution_env.PARAMETER in context.config.parameters:
+    if execution_env.configured_path(context.config, context.model_dir) is not None:
         if override is False:
             raise TritonError(
                 ErrorCode.INVALID_ARG,
