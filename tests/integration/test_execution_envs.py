@@ -168,7 +168,7 @@ def env_server(
 ) -> Iterator[tuple[ServeProcess, Path]]:
     """One server: the archive by absolute path and (a copy) by $$TRITON_MODEL_DIRECTORY, loaded
     together; the unpacked folder; a model completing its config there; an environment without
-    numpy; one with too old a Python."""
+    numpy; one with too old a Python; a model asking for the environment and the server process."""
     repository = tmp_path_factory.mktemp("env_repository")
     cache = env_cache
     _model(repository, "by_path", str(built_env["archive"]))
@@ -181,6 +181,9 @@ def env_server(
         f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{built_env["unpacked"]}" }} }}\n'
     )
     _model(repository, "no_numpy", str(numpyless_env))
+    in_server = _model(repository, "in_server", str(built_env["unpacked"]))
+    with (in_server / "config.pbtxt").open("a") as config:
+        config.write('parameters { key: "TCLI_INSTANCE_PROCESS" value: { string_value: "false" } }\n')
     older = _older_python()
     if older is not None:
         _model(repository, "old_python", str(_venv(repository.parent / "old_env", older)))
@@ -189,6 +192,8 @@ def env_server(
         str(repository),
         "--exit-on-error=false",
         "--model-load-thread-count=4",
+        # the server's python models would run in the server process: these still run in their environment
+        "--backend-config=python,instance-process=false",
         env={"TCLI_EXECUTION_ENV_CACHE": str(cache)},
     )
     try:
@@ -250,6 +255,12 @@ def test_an_environment_without_numpy_fails_the_load_in_one_line(
     version = ".".join(map(str, sys.version_info[:3]))
     assert f"execution environment '{numpyless_env}' (Python {version}) lacks numpy" in reason
     assert "\n" not in reason and "Traceback" not in reason and "Error:" not in reason
+
+
+def test_an_environment_cannot_run_in_the_server_process(env_server: tuple[ServeProcess, Path]) -> None:
+    reason = _reason(env_server[0], "in_server")
+    assert 'sets EXECUTION_ENV_PATH and TCLI_INSTANCE_PROCESS "false"' in reason
+    assert "remove one of them" in reason
 
 
 def test_an_environment_with_too_old_a_python_fails_the_load(env_server: tuple[ServeProcess, Path]) -> None:
