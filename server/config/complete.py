@@ -57,13 +57,13 @@ def complete_config(
             completed.platform, completed.backend
         )
     if auto_complete and added is not None and added.python_file is not None:
-        _auto_complete_python(completed, added.python_file, python_based=True)
+        _auto_complete_python(completed, added.python_file, folder, python_based=True)
     elif auto_complete:
         model_file = _latest_model_file(completed, folder)
         if model_file is not None and completed.backend == "onnxruntime":
             _auto_complete_onnx(completed, model_file, default_max_batch_size(backend_config, "onnxruntime"))
         elif model_file is not None and completed.backend == "python":
-            _auto_complete_python(completed, model_file)
+            _auto_complete_python(completed, model_file, folder)
     _complete_core_defaults(completed, gpu_count)
     return completed
 
@@ -171,12 +171,26 @@ def _auto_complete_onnx(config: ModelConfig, model_file: Path, max_batch_size: i
                     io.data_type = _data_type_value(spec.data_type)
 
 
-def _auto_complete_python(config: ModelConfig, model_file: Path, *, python_based: bool = False) -> None:
+def _auto_complete_python(
+    config: ModelConfig, model_file: Path, folder: ModelFolder, *, python_based: bool = False
+) -> None:
+    from server.backends.python import execution_env
     from server.backends.python.autocomplete import complete_by_model
     from server.protocol.config_json import from_json_dict, to_json_dict
 
     name = config.name or model_file.parent.parent.name
-    completed = complete_by_model(model_file, name, lambda: to_json_dict(config), python_based=python_based)
+    env_path = execution_env.configured_path(config, folder.path)  # EXECUTION_ENV_PATH: the model's python
+    if env_path is not None and execution_env.problem(env_path) is not None:
+        return  # its load (and repo validate) says what is wrong with the environment
+    environment = execution_env.prepare(config, folder.path)
+    if environment is not None:
+        completed = execution_env.auto_complete(
+            environment, model_file, name, to_json_dict(config), python_based
+        )
+    else:
+        completed = complete_by_model(
+            model_file, name, lambda: to_json_dict(config), python_based=python_based
+        )
     if completed is not None:  # None: the model's class completes nothing, the config stays as it is
         config.CopyFrom(from_json_dict(completed))
 

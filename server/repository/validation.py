@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from server.backends.locate import DEFAULT_BACKEND_DIRECTORY
 from server.config import backends
 from server.config.batch_io_rules import check_batch_io
+from server.config.environment_rules import check_execution_env
 from server.config.model_folder import ModelFolder, select_versions
 from server.config.parse import CONFIG_FILENAME, ConfigParseError, SourceText, new_config, read_config
 from server.config.problems import ModelReport, Problem, RepositoryReport
@@ -83,6 +84,7 @@ def validate_model(
         return report
     report.backend = raw.platform or raw.backend
     validate_raw(raw, folder, found, backend_directory=backend_directory)
+    check_execution_env(raw, folder, found)
     try:
         config = _complete(raw, folder, auto_complete, gpu_count, backend_config, backend_directory)
     except TritonError as exc:

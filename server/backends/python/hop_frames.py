@@ -411,6 +411,7 @@ def decode_exec(
                 return attach(arena_name)
             except (OSError, ValueError) as exc:
                 raise FrameError(f"input arena '{arena_name}' cannot be mapped: {exc}") from None
+
         requests = []
         for _ in range(count):
             id_size, parameters_size, output_count, input_count = reader.unpack(_REQUEST)

@@ -11,7 +11,9 @@ a model or a whole server opts in to that:
     tcli serve --backend-config=python,instance-process=false                     (every python model)
 
 The model's parameter wins over the server's setting. (Triton ignores parameters it does not know,
-so the config stays portable.) A model's custom metrics (pb_utils.MetricFamily) are exported
+so the config stays portable.) A model with an execution environment (EXECUTION_ENV_PATH,
+`execution_env`) runs in processes whatever the server says: its python is another interpreter.
+The python backend's other --backend-config settings are `backend_settings`. A model's custom metrics (pb_utils.MetricFamily) are exported
 wherever it runs: an instance process forwards them to the server (`metric_forwarding`).
 """
 
@@ -20,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from server.backends.python import execution_env
+from server.backends.python.backend_settings import python_settings
 from server.protocol.errors import ErrorCode, TritonError
 
 if TYPE_CHECKING:
@@ -63,6 +67,15 @@ def load(context: ModelContext, instance: InstanceSpec) -> RequestModel:
     """One instance of a python model, in-thread or in its own process as the rule above says."""
     override = process_override(context.config)
     setting = process_setting(context.backend_config)
+    python_settings(context.backend_config)  # refuses what Triton refuses; logs what tcli ignores
+    if execution_env.configured_path(context.config, context.model_dir) is not None:
+        if override is False:
+            raise TritonError(
+                ErrorCode.INVALID_ARG,
+                f"model '{context.config.name}' sets {execution_env.PARAMETER} and {PROCESS_PARAMETER} "
+                f'"false": an execution environment runs in processes of its own; remove one of them',
+            )
+        setting = True
     own_process = next((choice for choice in (override, setting) if choice is not None), True)
     if own_process:
         from server.backends.python.process_host import ProcessModel

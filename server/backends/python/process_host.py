@@ -54,8 +54,9 @@ from server.backends.base import (
     NotStarted,
     ResponseChannel,
 )
-from server.backends.python import hop_frames, readiness
+from server.backends.python import execution_env, hop_frames, readiness
 from server.backends.python import triton_python_backend_utils as pb_utils
+from server.backends.python.backend_settings import python_settings
 from server.backends.python.host import HostSpec, answered
 from server.backends.python.metric_forwarding import ForwardedMetrics
 from server.backends.python.pb_utils import model_control as pb_model_control
@@ -90,13 +91,16 @@ class ProcessModel(LoopRequestModel):
 
     def __init__(self, context: ModelContext, instance: InstanceSpec) -> None:
         self._spec = HostSpec.of(context, instance)
+        self.settings = python_settings(context.backend_config)
+        self.environment = execution_env.prepare(context.config, context.model_dir)  # EXECUTION_ENV_PATH
         self.name = self._spec.name
         self.version = self._spec.version
         # one scope per instance: BLS (server/bls.py) tells the instances waiting on its requests apart by it
         self._scope = pb_scope.ModelScope(self.name, self.version, self._spec.version_dir)
         self.instance = instance.name
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self._spec.config_json)
-        self._inputs = InputArena()  # one batch at a time per instance: one arena for every process
+        # one batch at a time per instance: one arena for every process
+        self._inputs = InputArena(self.settings)
         self._batch_ids = itertools.count(1)
         self._deaths: collections.deque[float] = collections.deque(maxlen=CRASH_LIMIT)
         self._gave_up: TritonError | None = None  # set once the process died too often
@@ -250,6 +254,7 @@ class _Process:
         self._channels: dict[tuple[int, int], ResponseChannel] = {}  # senders still open
         self._bls_streams: dict[int, pb_utils.ResponseIterator] = {}
         self._ready: Future[str | None] = Future()
+        self._started = threading.Event()  # the process is up and talking (stub-timeout-seconds)
         self.has_readiness = False  # the model defines is_model_ready()
         self._probes: dict[int, Future[bool]] = {}
         self._probe_ids = itertools.count(1)
@@ -259,11 +264,15 @@ class _Process:
         self._handed_over = False
         self._on_loop = False  # registered with the loop's reader callbacks
         self._eof = False
-        self.ring = RingReader()
+        self.ring = RingReader(owner.settings)
         self.metrics = ForwardedMetrics()  # its custom metrics, released when it ends
         from server.backends.python import process_worker
 
-        context = instance_context()
+        # a model with an execution environment runs under that environment's python, not the zygote
+        environment_context = execution_env.process_context(owner.environment)
+        context = environment_context or instance_context()
+        # a forked child takes the server's environment and directory of now; a started one has them
+        state = server_state() if environment_context is None else None
         self._conn, child_conn = context.Pipe()
         child_answers, self._answers = context.Pipe(duplex=False)
         levels = {
@@ -272,7 +281,7 @@ class _Process:
         }
         self._process: BaseProcess = context.Process(
             target=process_worker.main,
-            args=(child_conn, child_answers, owner._spec, self.ring.segment_name, levels, server_state()),
+            args=(child_conn, child_answers, owner._spec, self.ring.segment_name, levels, state),
             name=f"tcli-python-{owner.instance}",
             daemon=True,  # gone with the server, even when it exits without unloading
         )
@@ -290,6 +299,15 @@ class _Process:
         self._inbox: collections.deque[bytes] = collections.deque()  # read, not handled yet
         self.pid = self._process.pid
         self._reader = self._start_reader()
+        if not self._started.wait(owner.settings.stub_timeout_seconds):
+            self._process.kill()  # its end settles _ready
+            self._ready.result()
+            self.stop()
+            raise TritonError(
+                ErrorCode.INTERNAL,
+                f"python model '{owner.name}' instance '{owner.instance}': its process did not start within "
+                f"{owner.settings.stub_timeout_seconds:.0f} s (--backend-config=python,stub-timeout-seconds)",
+            )
         error = self._ready.result()
         if error is not None:
             self.stop()
@@ -541,6 +559,8 @@ class _Process:
         elif kind == "log":
             record: logging.LogRecord = message[1]
             logging.getLogger(record.name).handle(record)
+        elif kind == "started":
+            self._started.set()
         elif kind == "ready":
             self.has_readiness = message[2]
             self._ready.set_result(message[1])
@@ -622,6 +642,7 @@ class _Process:
     def _ended(self) -> None:
         """The process is gone: whatever waits on it gets an error."""
         self._process.join(5)
+        self._started.set()
         with self._lock:
             self.dead = True
             batches, self._batches = self._batches, {}

@@ -63,17 +63,18 @@ def main(
     spec: HostSpec,
     ring_name: str,
     log_levels: dict[str, int],
-    server_state: tuple[dict[str, str], str],
+    server_state: tuple[dict[str, str], str] | None,
 ) -> None:
     """The process entry point (a `multiprocessing` target): `conn` carries batches in and everything
     the process says out; `answers` carries the server's answers to its calls. `server_state` is the
     server's environment and working directory when it started this process (the zygote's are
     older)."""
-    environ, cwd = server_state
-    os.environ.clear()
-    os.environ.update(environ)
-    with contextlib.suppress(OSError):  # removed since: the zygote's stays, as a spawned child's would fail
-        os.chdir(cwd)
+    if server_state is not None:  # forked from the zygote
+        environ, cwd = server_state
+        os.environ.clear()
+        os.environ.update(environ)
+        with contextlib.suppress(OSError):  # removed since: the zygote's stays
+            os.chdir(cwd)
     # Ctrl-C, `kill -- -<pgid>` and systemd's stop signal the whole group: the server drains its
     # requests, then stops us itself (a pipe that closes, the server gone, ends us too)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -176,6 +177,7 @@ class _Worker:
         return call_id, call
 
     def run(self) -> None:
+        self.send(("started",))  # up: the model's own start (initialize()) has no time limit
         threading.Thread(target=self._read_answers, name="answers", daemon=True).start()
         try:
             model = PythonModel(self._spec)

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from server.backends.python.backend_settings import DEFAULT_SETTINGS, PythonSettings, next_size
 from server.protocol.types import Tensor
 
 ALIGN = 64  # every tensor starts on a cache line
-_MIN_SIZE = 1 << 20
 _HEADER = 64  # the ring's first cache line holds its tail (int64), written by the reader only
 INLINE_LIMIT = 16 << 10  # bytes: up to this, a message's tensors ride in the message
 
@@ -83,8 +83,9 @@ def fits_inline(tensors: Sequence[Tensor]) -> bool:
 class InputArena:
     """The server's side of the input arena: a segment it rewrites for every batch."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: PythonSettings = DEFAULT_SETTINGS) -> None:
         self.segment: shared_memory.SharedMemory | None = None
+        self._settings = settings  # its sizes: --backend-config=python,shm-*-byte-size
 
     def place(
         self, arrays: Sequence[np.ndarray[Any, Any]]
@@ -103,7 +104,9 @@ class InputArena:
             # the instance process still maps the old one until it reads the new name: unlinking only
             # removes the name
             _drop(self.segment, unlink=True)
-            self.segment = _new_segment(max(needed, 2 * old_size, _MIN_SIZE))
+            self.segment = _new_segment(
+                next_size(self._settings, old_size, needed, max(needed, 2 * old_size))
+            )
 
     def close(self) -> None:
         _drop(self.segment, unlink=True)
@@ -145,9 +148,10 @@ class ArenaView:
 class RingReader:
     """The server's side of the output ring: creates it (and its larger successors) and reads it."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: PythonSettings = DEFAULT_SETTINGS) -> None:
         self.segment: shared_memory.SharedMemory | None = None
         self._tail: np.ndarray[Any, Any] | None = None
+        self._settings = settings  # its sizes: --backend-config=python,shm-*-byte-size
         self.grow(0)
 
     @property
@@ -158,9 +162,10 @@ class RingReader:
     def grow(self, needed: int) -> str:
         """A new ring with room for `needed` bytes; every message written in the old one has been
         read (messages are read in order, and the writer waits for this answer), so it goes."""
-        old_size = self.segment.size if self.segment is not None else 0
+        old_size = self.segment.size - _HEADER if self.segment is not None else 0
         self.close()
-        self.segment = _new_segment(_HEADER + max(2 * needed, 2 * old_size, _MIN_SIZE))
+        size = next_size(self._settings, old_size, needed, max(2 * needed, 2 * old_size))
+        self.segment = _new_segment(_HEADER + size)
         self._tail = np.frombuffer(_buf(self.segment), np.int64, 1, 0)
         return self.segment.name
 
