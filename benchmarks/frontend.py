@@ -1,10 +1,11 @@
 """Scenario 1, front-end overhead: real perf_analyzer 2.51 drives the python-backend `add_sub` on tcli
 and on real Triton 2.51 (both serving the same repository at once, measured alternately), batch 1,
-concurrency 1, 4 and 8, over HTTP and gRPC. Target (issue 15): tcli's throughput at least 1.3x
-Triton's over HTTP and 2x over gRPC, and its p99 lower than Triton's. Two rows each, both held to it: `add_sub` as tcli runs it by default (its instance in a process of its own,
-as Triton's stub runs it) and `add_sub_in_server`, the same model opted in to tcli's server process
-(Triton runs it in a stub as always). The decoupled and sequence examples are measured the same way
-as info rows."""
+concurrency 1, 4 and 8, over HTTP and gRPC. Two rows each: `add_sub` as tcli runs it by default (its
+instance in a process of its own, as Triton's stub runs it) and `add_sub_in_server`, the same model
+opted in to tcli's server process (Triton runs it in a stub as always). Targets, each with tcli's p99
+lower than Triton's: the default path at least 1.0x Triton's throughput (issue 27; its stretch, the
+in-server goal, is said in the row's note), the in-server rows 1.3x over HTTP and 2x over gRPC
+(issue 15). The decoupled and sequence examples are measured the same way as info rows."""
 
 from __future__ import annotations
 
@@ -16,10 +17,19 @@ from benchmarks.repos import IN_SERVER
 from benchmarks.table import Row, ratio
 
 LEVELS = (1, 4, 8)
-# tcli/Triton throughput each protocol's rows must reach (issue 15), beside a lower p99
+# tcli/Triton throughput the in-server rows must reach per protocol (issue 15), beside a lower p99
 TARGETS = {"http": 1.3, "grpc": 2.0}
+# the default path's (issue 27): at least Triton's throughput; the in-server targets are its stretch
+DEFAULT_PATH_TARGET = 1.0
 # (model, label): add_sub in its own instance process (tcli's default), and in the server process
 MODES = (("add_sub", "process"), (IN_SERVER, "in server"))
+
+
+def target(model: str, protocol: str) -> float:
+    """The throughput ratio a row of `model` over `protocol` must reach, beside a lower p99."""
+    return TARGETS[protocol] if model == IN_SERVER else DEFAULT_PATH_TARGET
+
+
 INFO_LOADS = (
     (
         "decoupled repeat_int32 grpc stream c=4",
@@ -118,19 +128,22 @@ def _add_sub_row(
     theirs_runs, ours_runs = compare(ctx, load, triton, tcli)
     theirs, ours = summarize(theirs_runs), summarize(ours_runs)
     speed = ratio(ours.throughput if ours else None, theirs.throughput if theirs else None)
-    target = TARGETS[protocol]
+    goal = target(model, protocol)
     notes = [round_ratios(ours_runs, theirs_runs)]
-    passed = verdict(speed, ours, theirs, target)
+    passed = verdict(speed, ours, theirs, goal)
     if ours is None or theirs is None:
         notes.append("perf_analyzer failed (see stderr)")
-    elif speed is not None and speed >= target and not passed:
+    elif speed is not None and speed >= goal and not passed:
         notes.append("throughput met; p99 not lower")
+    if model != IN_SERVER and passed is not None:
+        stretch = verdict(speed, ours, theirs, TARGETS[protocol])
+        notes.append(f"stretch >= {TARGETS[protocol]:.2f}, p99 <: {'met' if stretch else 'not met'}")
     return Row(
         f"1 add_sub {label} {protocol} c={level}",
         cell(ours),
         cell(theirs),
         speed,
-        f">= {target:.2f}, p99 <",
+        f">= {goal:.2f}, p99 <",
         passed,
         "; ".join(n for n in notes if n),
         _raw(theirs_runs, ours_runs),

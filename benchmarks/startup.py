@@ -1,6 +1,6 @@
 """Scenario 4, start-up and memory. (a) `tcli serve model_repository` from launch until
-/v2/health/ready answers 200, with tcli's modules byte-compiled as an installed copy has them; for
-reference, tcli and real Triton on the python-only repository.
+/v2/health/ready answers 200, with tcli's modules byte-compiled as an installed copy has them: within
+2 s (issue 27); for reference, tcli and real Triton on the python-only repository.
 (b) the server's resident memory (its process and children) after 100,000 add_sub requests against
 after the first 1,000, sent by real perf_analyzer --request-count, half over HTTP and half over gRPC.
 (c) a model with a 128 MB initializer (one instance) loaded and unloaded in explicit mode: the share of the load's
@@ -21,7 +21,7 @@ from benchmarks.harness import PERF_ANALYZER, ROOT, Server, log, start_tcli, sta
 from benchmarks.repos import EXAMPLES, big_onnx_model, copy_examples
 from benchmarks.table import Row, ratio
 
-READY_TARGET_S = 3.0
+READY_TARGET_S = 2.0  # issue 27 (it was 3 s)
 GROWTH_TARGET = 1.10
 RETURNED_TARGET = 0.90
 BIG_MB = 128
@@ -45,6 +45,11 @@ def installed_bytecode(packages: tuple[str, ...] = ("server", "tcli")) -> Iterat
             for path in (ROOT / package).rglob("*.pyc"):
                 if path not in before:
                     path.unlink(missing_ok=True)
+
+
+def ready_passed(seconds: float) -> bool:
+    """4a's verdict: the example repository ready within READY_TARGET_S."""
+    return seconds <= READY_TARGET_S
 
 
 def _time_to_ready(ctx: Context, start: Callable[[Path], Server], name: str) -> float:
@@ -71,7 +76,7 @@ def ready_rows(ctx: Context, python_repo: Path) -> list[Row]:
             "—",
             None,
             f"<= {READY_TARGET_S:.0f} s",
-            ours <= READY_TARGET_S,
+            ready_passed(ours),
             f"median of {runs}: " + ", ".join(f"{t:.2f}" for t in example) + " s; every example model; "
             "tcli's modules byte-compiled, as installed",
         )

@@ -1,7 +1,8 @@
 """Scenario 6 [storage], a repository in object storage: the python example models in a bucket on moto's
 S3 server on loopback, which records every request it receives.
 (a) Cold start: `tcli serve --model-repository=s3://...` and real Triton 2.51 on the same bucket, from
-launch until /v2/health/ready answers 200, alternated, median of 3 (--quick: 1): tcli / Triton <= 1.00.
+launch until /v2/health/ready answers 200, alternated, median of 3 (--quick: 1): tcli / Triton <= 1.00,
+no slower than Triton (issue 27).
 Each launch copies the bucket afresh (no mount directory), as a new pod does.
 (b) The same bucket, unchanged, polled every second for 60 s (--quick: 15 s) by each server: the object
 downloads the S3 server saw after the server was ready (target for tcli: 0), beside its listings."""

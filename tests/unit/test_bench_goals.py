@@ -1,12 +1,15 @@
-"""The issue-15 goal rows of benchmarks/run.py: each row's verdict from its measured figures."""
+"""The goal rows of benchmarks/run.py (issues 15 and 27): each row's verdict from its measured figures."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks import digits_batching, frontend, instances
+from benchmarks import digits_batching, frontend, instances, process_hop_cost, scale, startup
 from benchmarks.context import Summary
 from benchmarks.observe import Counts
+from benchmarks.process_hop_cost import Hop, Pass
+from benchmarks.repos import IN_SERVER
+from benchmarks.scale import Launch
 
 
 def summary(throughput: float, p99_us: float) -> Summary:
@@ -24,12 +27,28 @@ def summary(throughput: float, p99_us: float) -> Summary:
         ("grpc", 2.1, 1100, False),
     ],
 )
-def test_front_end_rows_need_the_protocol_target_and_a_lower_p99(
+def test_in_server_rows_need_the_protocol_target_and_a_lower_p99(
     protocol: str, speed: float, p99: float, expected: bool
 ) -> None:
     triton = summary(1000, 1000)
     tcli = summary(1000 * speed, p99)
-    assert frontend.verdict(speed, tcli, triton, frontend.TARGETS[protocol]) is expected
+    assert frontend.verdict(speed, tcli, triton, frontend.target(IN_SERVER, protocol)) is expected
+
+
+@pytest.mark.parametrize(
+    ("protocol", "speed", "p99", "expected"),
+    [
+        ("http", 1.05, 900, True),  # below the in-server 1.3, enough for the default path
+        ("grpc", 1.0, 900, True),
+        ("grpc", 0.97, 900, False),
+        ("http", 1.2, 1000, False),  # p99 equal to Triton's: the goal says lower
+    ],
+)
+def test_default_path_rows_need_tritons_throughput_and_a_lower_p99(
+    protocol: str, speed: float, p99: float, expected: bool
+) -> None:
+    triton, tcli = summary(1000, 1000), summary(1000 * speed, p99)
+    assert frontend.verdict(speed, tcli, triton, frontend.target("add_sub", protocol)) is expected
 
 
 def test_front_end_row_without_a_side_is_not_judged() -> None:
@@ -57,3 +76,54 @@ def test_python_instances_row_is_held_to_tritons_own_ratio() -> None:
     assert instances.python_passed(1.8, 1.75) is True
     assert instances.python_passed(1.75, 1.8) is False  # above the old fixed 1.7, below Triton
     assert instances.python_passed(1.8, None) is None  # --quick: no Triton, n/a
+
+
+def test_example_repository_is_ready_within_two_seconds() -> None:
+    assert startup.ready_passed(1.9) is True
+    assert startup.ready_passed(2.5) is False  # within the old 3 s, not issue 27's 2 s
+
+
+def hop(default_server: float, in_server_server: float, instance: float) -> Hop:
+    default, in_server = Pass(700, default_server, instance), Pass(400, in_server_server, 0)
+    return Hop(default, in_server, {"add_sub": [default], IN_SERVER: [in_server]})
+
+
+@pytest.mark.parametrize(
+    ("default_server", "in_server_server", "instance", "expected"),
+    [
+        (250, 210, 70, (True, True)),
+        (260, 210, 80, (True, True)),  # at both limits
+        (265, 210, 70, (False, True)),  # the hop costs the server 55 µs
+        (250, 210, 95, (True, False)),
+        (400, 240, 230, (False, False)),  # issue 27's measurement before the work
+    ],
+)
+def test_hop_rows_hold_the_servers_extra_cpu_and_the_instances_cpu(
+    default_server: float, in_server_server: float, instance: float, expected: tuple[bool, bool]
+) -> None:
+    assert process_hop_cost.verdicts(hop(default_server, in_server_server, instance)) == expected
+
+
+def launch(ready_s: float, pss_mb: float) -> Launch:
+    return Launch(ready_s, cpu_s=1.0, rss_mb=2 * pss_mb, pss_mb=pss_mb, processes=102)
+
+
+@pytest.mark.parametrize(
+    ("ours", "expected"),
+    [
+        (launch(4.0, 800), True),
+        (launch(5.5, 800), False),  # too slow to ready
+        (launch(4.0, 900), False),  # more than half of Triton's 1,767 MB
+        (launch(18.4, 2290), False),  # issue 27's measurement before the work
+    ],
+)
+def test_isolated_copies_row_needs_ready_in_time_and_half_of_tritons_pss(
+    ours: Launch, expected: bool
+) -> None:
+    assert scale.isolated_passed(ours, launch(44.3, 1767)) is expected
+
+
+def test_isolated_copies_sides_are_each_figures_median() -> None:
+    runs = [launch(4.0, 700), launch(6.0, 900), launch(5.0, 800)]
+    middle = scale.median_launch(runs)
+    assert (middle.ready_s, middle.pss_mb, middle.processes) == (5.0, 800, 102)
