@@ -364,6 +364,8 @@ class _Process:
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Have `loop` read the process from now on (called on the loop's thread; the first loop to
         ask keeps it, until it is closed)."""
+        if self._loop is loop and not self._stopping:  # the usual case: it reads us already
+            return
         self._reclaim_from_closed_loop()
         if self._loop is not None or self._stopping:
             return
@@ -489,6 +491,9 @@ class _Process:
     def _reclaim_from_closed_loop(self) -> None:
         """The loop reading the process is closed (an asyncio.run() that ended, in-process use): read
         on a thread again, so that the next batch is answered and another loop may take over."""
+        loop = self._loop
+        if loop is None or not loop.is_closed():  # nothing to reclaim (checked again under the lock)
+            return
         with self._lock:
             loop = self._loop
             if loop is None or not loop.is_closed() or self._eof or self._stopping:
