@@ -36,7 +36,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,13 +43,26 @@ ROOT = Path(__file__).resolve().parents[1]
 TCLI_LAUNCHER = Path(sys.executable).parent / "tritonserver"
 REFERENCE = Path(os.environ.get("TRITON_REFERENCE_DIR") or Path.home() / ".cache" / "triton-reference")
 # the subtests Triton's test.sh runs on Linux, less `env` (it downloads miniconda) and `restart`
-SUBTESTS = (
-    "ensemble bls decoupled response_sender variants io python_based_backends async_execute "
-    "lifecycle argument_validation logging custom_metrics model_control examples request_rescheduling"
-).split()
+SUBTESTS = [
+    "ensemble",
+    "bls",
+    "decoupled",
+    "response_sender",
+    "variants",
+    "io",
+    "python_based_backends",
+    "async_execute",
+    "lifecycle",
+    "argument_validation",
+    "logging",
+    "custom_metrics",
+    "model_control",
+    "examples",
+    "request_rescheduling",
+]
 
 # records each pytest test's outcome, one JSON line per test, to $TRITON_QA_RESULTS
-_PLUGIN = '''
+_PLUGIN = """
 import json, os, sys
 
 _outcomes = {}
@@ -78,7 +90,7 @@ def pytest_sessionfinish(session):
         for nodeid, outcome in _outcomes.items():
             f.write(json.dumps({"run": os.path.basename(xml), "case": nodeid,
                                 "outcome": outcome or "failed"}) + "\\n")
-'''
+"""
 
 _PIP = """#!/bin/sh
 echo "triton_qa: skipped: pip $*" >&2
@@ -115,9 +127,7 @@ def _server_script(server: str, tcli_path: Path) -> str:
         target = REFERENCE / "bin" / "tritonserver"
         return f'#!/bin/bash\nexec "{target}" "$@" --exit-on-error=false\n'
     return (
-        "#!/bin/bash\n"
-        f'export PYTHONPATH="{tcli_path}"\n'
-        f'exec "{TCLI_LAUNCHER}" "$@" --exit-on-error=false\n'
+        f'#!/bin/bash\nexport PYTHONPATH="{tcli_path}"\nexec "{TCLI_LAUNCHER}" "$@" --exit-on-error=false\n'
     )
 
 
@@ -224,7 +234,9 @@ def run_subtest(
                 case = record["case"].split("::", 1)[-1]
                 label = f"{record['run']}:{case}" if record["run"] else case
                 outcome.cases.append((label, record["outcome"]))
-        outcome.cases += _checks(trace_path.read_text(errors="replace"), (home / subtest / "test.sh").read_text())
+        outcome.cases += _checks(
+            trace_path.read_text(errors="replace"), (home / subtest / "test.sh").read_text()
+        )
         return outcome
     finally:
         if keep is not None:
@@ -252,10 +264,18 @@ def main() -> None:
         row: dict[str, Outcome] = {}
         for server in servers:
             outcome = run_subtest(
-                subtest, server, args.checkout.resolve(), args.python_backend.resolve(), args.tcli_path, args.keep
+                subtest,
+                server,
+                args.checkout.resolve(),
+                args.python_backend.resolve(),
+                args.tcli_path,
+                args.keep,
             )
             row[server] = outcome
-            print(f"{subtest} [{server}]: {outcome.passed}/{outcome.total} (test.sh exit {outcome.exit_code})", flush=True)
+            print(
+                f"{subtest} [{server}]: {outcome.passed}/{outcome.total} (test.sh exit {outcome.exit_code})",
+                flush=True,
+            )
             for case, result in outcome.cases:
                 if args.verbose or result == "failed":
                     print(f"    {result:7} {case}", flush=True)
