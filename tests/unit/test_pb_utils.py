@@ -312,6 +312,31 @@ def test_bls_exec_calls_the_installed_executor() -> None:
         bls_request().exec()
 
 
+def test_a_response_iterator_is_made_once_the_first_response_is_in() -> None:
+    """As Triton's exec(decoupled=True) returns: the first response is read when the iterator is
+    made (so async_exec's executor thread waits for it, not the model's event loop); what reading
+    it raised comes out of the first next()."""
+    pulled: list[int] = []
+
+    def stream() -> Any:
+        for n in (1, 2):
+            pulled.append(n)
+            yield pb_utils.InferenceResponse([pb_utils.Tensor("N", np.array([n]))])
+
+    iterator = pb_utils.ResponseIterator(stream())
+    assert pulled == [1]
+    assert [int(r.output_tensors()[0].as_numpy()[0]) for r in iterator] == [1, 2]
+
+    def failing() -> Any:
+        raise pb_utils.TritonModelException("model 'x' is gone")
+        yield  # a generator
+
+    broken = pb_utils.ResponseIterator(failing())
+    with pytest.raises(pb_utils.TritonModelException, match="is gone"):
+        next(broken)
+    assert list(pb_utils.ResponseIterator(iter([]))) == []
+
+
 # --- execute-side requests and response senders -------------------------------------------------
 
 

@@ -348,15 +348,20 @@ class PythonModel(RequestModel):
                     sender.close()
                 results.append(error)
         if all(result is None for result in results):
-            _LOG.error(
-                "model '%s' version %s instance '%s': %s%s",
-                self.name,
-                self.version,
-                self.instance,
-                error.message,
-                f"\n{error.trace}" if error.trace else "",
-            )
+            self._log_unreported(error)
         return results
+
+    def _log_unreported(self, error: ModelError) -> None:
+        """A failed execute() whose requests had all been answered: no response carries the error,
+        so the log does, as Triton logs every failed execute()."""
+        _LOG.error(
+            "model '%s' version %s instance '%s': %s%s",
+            self.name,
+            self.version,
+            self.instance,
+            error.message,
+            f"\n{error.trace}" if error.trace else "",
+        )
 
     # coroutine execute() -----------------------------------------------------------------------------
     def _event_loop(self) -> asyncio.AbstractEventLoop:
@@ -392,10 +397,14 @@ class PythonModel(RequestModel):
                     raise TypeError("the execute function must return None in the decoupled mode")
             except Exception as exc:
                 error = self._failure(_raised(exc), exc)
+                reported = False
                 for sender, channel in zip(senders, channels, strict=True):
                     if not sender.closed:
                         sender.close()
                         channel.send(error, True)
+                        reported = True
+                if not reported:
+                    self._log_unreported(error)
 
         future = asyncio.run_coroutine_threadsafe(run(), self._event_loop())
         self._running.add(future)

@@ -137,19 +137,35 @@ class InferenceResponseSender:
 
 
 class ResponseIterator:
-    """What a decoupled BLS `exec(decoupled=True)` returns: iterate the responses, or `cancel()`."""
+    """What a decoupled BLS `exec(decoupled=True)` returns: iterate the responses, or `cancel()`.
+
+    Made once the first response is in, as Triton's exec(decoupled=True) returns then: so
+    `await request.async_exec(decoupled=True)` waits for it in the executor's thread, not in the
+    model's event loop when the model iterates (which serialized a model's concurrent coroutines)."""
 
     def __init__(
         self, responses: Iterable[InferenceResponse], cancel: Callable[[], None] | None = None
     ) -> None:
         self._responses = iter(responses)
         self._cancel = cancel
+        # the first response, or what reading it raised (raised again at the first next())
+        self._first: InferenceResponse | BaseException | None
+        try:
+            self._first = next(self._responses)
+        except Exception as exc:  # StopIteration included: the stream was empty
+            self._first = exc
 
     def __iter__(self) -> ResponseIterator:
         return self
 
     def __next__(self) -> InferenceResponse:
-        return next(self._responses)
+        first = self._first
+        if first is None:
+            return next(self._responses)
+        self._first = None
+        if isinstance(first, BaseException):
+            raise first
+        return first
 
     def cancel(self) -> None:
         if self._cancel is not None:
