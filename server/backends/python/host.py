@@ -321,8 +321,11 @@ class PythonModel(RequestModel):
                     f"found type '<class '{named}'>'."
                 )
                 return self._fail_open(senders, self._failure(message))
+        # None in the list: that request answers through its response sender (or did), as Triton
+        # lets a default model return None for it
         answers: list[InferenceResponse | TritonError | None] = [
-            self._from_pb(request, result) for request, result in zip(requests, results, strict=True)
+            None if result is None and sender is not None else self._from_pb(request, result)
+            for request, sender, result in zip(requests, senders, results, strict=True)
         ]
         return _released(pb_requests, answers)
 
@@ -340,14 +343,22 @@ class PythonModel(RequestModel):
         """`error` for every request whose sender is still open (closing it); None for the others.
         When no request is left to carry it, it is logged here, as Triton logs every failed execute()."""
         results: list[InferenceResponse | TritonError | None] = []
+        unreported = False
         for sender in senders:
             if sender is not None and sender.closed:
                 results.append(None)
+            elif sender is not None and not self.decoupled and sender.response_count:
+                # a default model's request that has its one response already keeps it, as
+                # Triton's front ends pass on only the first: the final flag ends it, the log
+                # has the error
+                sender.send(None, _FINAL)
+                results.append(None)
+                unreported = True
             else:
                 if sender is not None:
                     sender.close()
                 results.append(error)
-        if all(result is None for result in results):
+        if unreported or all(result is None for result in results):
             self._log_unreported(error)
         return results
 
