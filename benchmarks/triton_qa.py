@@ -15,8 +15,10 @@ them:
   `triton_shm_monitor`, a module built with Triton's python backend, reading Triton's own regions.
 
 A case is a pytest test (every pytest run of the subtest, recorded by a small plugin; a test run twice
-counts twice) or a shell check: each call of a `verify_*`/`check_*` function the subtest's test.sh
-defines (e.g. logging's `verify_log_counts 4 3`), failed when it prints "Test Failed".
+counts twice; one still waiting after $TRITON_QA_CASE_TIMEOUT seconds, 300 by default, fails: some
+qa clients wait on their stream without a timeout) or a shell check: each call of a
+`verify_*`/`check_*` function the subtest's test.sh defines (e.g. logging's `verify_log_counts 4 3`),
+failed when it prints "Test Failed".
 
     python benchmarks/triton_qa.py --checkout /tmp/triton-2.51 --python-backend /tmp/pb-r24.10 \\
         --server tcli --server triton argument_validation logging
@@ -63,9 +65,28 @@ SUBTESTS = [
 
 # records each pytest test's outcome, one JSON line per test, to $TRITON_QA_RESULTS
 _PLUGIN = """
-import json, os, sys
+import json, os, signal, sys
+
+import pytest
 
 _outcomes = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    # a client that waits without a timeout (queue.get()) gives up here, failing its case
+    limit = int(os.environ.get("TRITON_QA_CASE_TIMEOUT", "300"))
+
+    def expire(signum, frame):
+        raise TimeoutError(f"triton_qa: no answer within {limit} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(limit)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 def pytest_configure(config):
     # the shm-leak probe, skipped as on Jetson and Windows: it needs triton_shm_monitor, a module
