@@ -351,6 +351,9 @@ class Transport:
     def is_cancelled(self) -> bool:
         return self.cancelled
 
+    def abandoned(self) -> None:
+        self.sent.append((None, -1))
+
 
 def received(decoupled: bool) -> tuple[pb_utils.InferenceRequest, Transport]:
     transport = Transport()
@@ -393,6 +396,20 @@ def test_decoupled_sender_sends_many_then_final() -> None:
     assert sender.closed and sender.response_count == 3
     with pytest.raises(pb_utils.TritonModelException, match="Response sender has been closed"):
         sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
+def test_a_decoupled_sender_dropped_before_its_final_flag_tells_the_server() -> None:
+    """Dropping it (the model's thread raised) ends the request: the transport hears it once; a
+    closed sender, or a default model's, says nothing when dropped."""
+    for decoupled, final, told in ((True, False, True), (True, True, False), (False, False, False)):
+        transport = Transport()
+        sender = pb_utils.InferenceResponseSender(transport, decoupled=decoupled)
+        sender.send(pb_utils.InferenceResponse([]))
+        if final:
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        del sender  # its last reference: CPython finalizes it here
+        assert ((None, -1) in transport.sent) is told, (decoupled, final)
+        assert transport.sent.count((None, -1)) <= 1
 
 
 def test_sender_rules_follow_triton() -> None:

@@ -74,15 +74,31 @@ class _Transport:
     def is_cancelled(self) -> bool:
         return self._channel.is_cancelled()
 
+    def abandoned(self) -> None:
+        request = f"request '{self._request.id}'" if self._request.id else "a request"
+        error = TritonError(
+            ErrorCode.INTERNAL,
+            f"model '{self._host.name}' version {self._host.version} dropped the response sender of "
+            f"{request} without its final flag (a thread of the model's that raised drops it): a "
+            "decoupled model ends each request with "
+            "sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)",
+        )
+        self._channel.send(error, True)
+
 
 def _released(
-    pb_requests: list[Any], results: list[InferenceResponse | TritonError | None]
+    pb_requests: list[Any],
+    results: list[InferenceResponse | TritonError | None],
+    senders: list[Any] | None = None,
 ) -> list[InferenceResponse | TritonError | None]:
     """`results`, with Rescheduled for each request the model released with
-    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE (its scheduler runs it again)."""
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE (its scheduler runs it again, with a sender of its own:
+    this execution's is closed, so dropping it ends nothing)."""
     for index, pb_request in enumerate(pb_requests):
         if pb_host.release_flags(pb_request) == _RESCHEDULE:
             results[index] = Rescheduled()
+            if senders is not None and senders[index] is not None:
+                senders[index].close()
     return results
 
 
@@ -293,9 +309,9 @@ class PythonModel(RequestModel):
             if results is not None:
                 message = f"Python model '{self.instance}' is using the decoupled mode and the execute function must return None."
                 return self._fail_open(senders, self._failure(message))
-            return _released(pb_requests, [None] * len(requests))
+            return _released(pb_requests, [None] * len(requests), senders)
         if results is None and channels is not None:
-            return _released(pb_requests, [None] * len(requests))  # answered through the senders
+            return _released(pb_requests, [None] * len(requests), senders)  # answered through the senders
         if not isinstance(results, list | tuple) or len(results) != len(requests):
             count = len(results) if isinstance(results, list | tuple) else type(results).__name__
             error = TritonError(
@@ -327,7 +343,7 @@ class PythonModel(RequestModel):
             None if result is None and sender is not None else self._from_pb(request, result)
             for request, sender, result in zip(requests, senders, results, strict=True)
         ]
-        return _released(pb_requests, answers)
+        return _released(pb_requests, answers, senders)
 
     def _failure(self, message: str, exc: BaseException | None = None) -> ModelError:
         """The model's own failure, as Triton's python backend words it; with its traceback for the

@@ -4,6 +4,7 @@ server's ResponseTransport), and the ResponseIterator a decoupled BLS call retur
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
@@ -67,6 +68,9 @@ class ResponseTransport(Protocol):
     def send(self, response: InferenceResponse | None, flags: int, /) -> None: ...
 
     def is_cancelled(self) -> bool: ...
+
+    def abandoned(self) -> None:
+        """The decoupled model dropped the sender before its final flag: end the request."""
 
 
 class InferenceResponseSender:
@@ -134,6 +138,16 @@ class InferenceResponseSender:
         """Server side: refuse further sends (Triton does this when execute raised)."""
         with self._lock:
             self._closed = True
+
+    def __del__(self) -> None:
+        # a decoupled model's sender gone before its final flag (the thread that held it raised, or
+        # the model forgot it): nobody can end the request any more. Triton's stub leaves the
+        # client waiting; the server ends it with an error instead
+        if self._decoupled and not self._closed:
+            self._closed = True
+            # at interpreter exit there may be no one left to tell
+            with contextlib.suppress(Exception):
+                self._transport.abandoned()
 
 
 class ResponseIterator:
