@@ -226,7 +226,10 @@ class BLSExecutor:
         """async_exec(): the same, awaited on the model's own event loop."""
         caller = _calling_instance(self.service)
         if decoupled:
-            return self._stream(request, model_name, model_version, caller)
+            # the iterator is made once the first response is in (as Triton's exec returns): a
+            # thread waits for it, so the model's loop runs its other coroutines meanwhile
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(None, self._stream, request, model_name, model_version, caller)
         coroutine = self.infer(request, model_name, model_version, caller)
         if _running_loop() is self.loop:
             return await coroutine

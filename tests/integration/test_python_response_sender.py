@@ -1,8 +1,9 @@
 """The response sender's rules for python models, as Triton 2.51's python backend keeps them (its texts
 checked against it): a model that is not decoupled answers each request once, so a second response
 (sent, or returned after one was sent) never reaches the client: the model gets Triton's error, or
-the execution fails in the server's log only; a batched execute() that answered every request
-through its senders returns None; a decoupled model that returns responses is told so, naming the
+the execution fails in the server's log only (so does one that fails after its response was sent);
+a batched execute() that answered every request through its senders returns None, and a returned
+list may hold None for a request its sender answers; a decoupled model that returns responses is told so, naming the
 instance. Over real tritonclient gRPC (unary and streaming); tests wait on answers, never sleeps."""
 
 from __future__ import annotations
@@ -64,6 +65,41 @@ class TritonPythonModel:
                 pb_utils.InferenceResponse([pb_utils.Tensor("OUT", value * 10)]), flags=FINAL
             )
         return None
+""",
+    # a second response raises in the model, uncaught: the execution fails after one was sent
+    "sends_then_fails": """
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            sender.send(answer(1))
+            sender.send(answer(2))
+        return None
+""",
+    # None in the returned list for the requests its senders answer (from a thread, after return:
+    # it pauses as Triton's qa model does, so the answer comes after execute() returned)
+    "none_in_list": """
+import threading
+import time
+
+
+def later(sender, value):
+    time.sleep(0.5)
+    sender.send(answer(value), flags=FINAL)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        returned = []
+        for request in requests:
+            value = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            if value % 2 == 0:
+                returned.append(answer(value))
+                continue
+            sender = request.get_response_sender()
+            threading.Thread(target=later, args=(sender, value * 10)).start()
+            returned.append(None)
+        return returned
 """,
     "decoupled_returns": """
 class TritonPythonModel:
@@ -147,6 +183,43 @@ def test_a_response_returned_after_one_was_sent_fails_the_execution_in_the_log_o
     logged = f"Failed to process the request(s) for model 'sends_and_returns_0_0', message: {TWICE}"
     assert caplog.text.count(logged) == 2
     assert client.infer("sends_and_returns", one(5)).as_numpy("OUT").tolist() == [1]  # still serving
+
+
+def test_an_execution_failing_after_its_one_response_keeps_that_response(
+    server: RunningGrpcServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # as Triton's qa (response_sender test_non_decoupled_two_response_pre_return): the client gets
+    # the first response and no error; the failure is in the log
+    client = grpcclient.InferenceServerClient(server.url)
+    assert client.infer("sends_then_fails", one(5)).as_numpy("OUT").tolist() == [1]
+    # a stream answers a default model's requests in their order: an error for the first request
+    # would come before the second's response
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        for _ in range(2):
+            client.async_stream_infer("sends_then_fails", one(5))
+        seen = []
+        for _ in range(2):
+            result, error = answers.get(timeout=WAIT)
+            seen.append(error.message() if error is not None else result.as_numpy("OUT").tolist())
+    finally:
+        client.stop_stream()
+        client.close()
+    assert seen == [[1], [1]]
+    logged = (
+        "Failed to process the request(s) for model 'sends_then_fails_0_0', message: "
+        f"TritonModelException: {TWICE}"
+    )
+    assert caplog.text.count(logged) == 3
+
+
+def test_none_in_the_returned_list_leaves_that_request_to_its_sender(server: RunningGrpcServer) -> None:
+    # as Triton's qa (response_sender test_non_decoupled_multiple_requests)
+    client = grpcclient.InferenceServerClient(server.url)
+    assert client.infer("none_in_list", one(3)).as_numpy("OUT").tolist() == [30]
+    assert client.infer("none_in_list", one(4)).as_numpy("OUT").tolist() == [4]
+    assert streamed(server, "none_in_list") == [50, "final"]
 
 
 def test_a_batch_answered_through_the_senders_may_return_none(server: RunningGrpcServer) -> None:

@@ -312,6 +312,31 @@ def test_bls_exec_calls_the_installed_executor() -> None:
         bls_request().exec()
 
 
+def test_a_response_iterator_is_made_once_the_first_response_is_in() -> None:
+    """As Triton's exec(decoupled=True) returns: the first response is read when the iterator is
+    made (so async_exec's executor thread waits for it, not the model's event loop); what reading
+    it raised comes out of the first next()."""
+    pulled: list[int] = []
+
+    def stream() -> Any:
+        for n in (1, 2):
+            pulled.append(n)
+            yield pb_utils.InferenceResponse([pb_utils.Tensor("N", np.array([n]))])
+
+    iterator = pb_utils.ResponseIterator(stream())
+    assert pulled == [1]
+    assert [int(r.output_tensors()[0].as_numpy()[0]) for r in iterator] == [1, 2]
+
+    def failing() -> Any:
+        raise pb_utils.TritonModelException("model 'x' is gone")
+        yield  # a generator
+
+    broken = pb_utils.ResponseIterator(failing())
+    with pytest.raises(pb_utils.TritonModelException, match="is gone"):
+        next(broken)
+    assert list(pb_utils.ResponseIterator(iter([]))) == []
+
+
 # --- execute-side requests and response senders -------------------------------------------------
 
 
@@ -325,6 +350,9 @@ class Transport:
 
     def is_cancelled(self) -> bool:
         return self.cancelled
+
+    def abandoned(self) -> None:
+        self.sent.append((None, -1))
 
 
 def received(decoupled: bool) -> tuple[pb_utils.InferenceRequest, Transport]:
@@ -368,6 +396,20 @@ def test_decoupled_sender_sends_many_then_final() -> None:
     assert sender.closed and sender.response_count == 3
     with pytest.raises(pb_utils.TritonModelException, match="Response sender has been closed"):
         sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
+def test_a_decoupled_sender_dropped_before_its_final_flag_tells_the_server() -> None:
+    """Dropping it (the model's thread raised) ends the request: the transport hears it once; a
+    closed sender, or a default model's, says nothing when dropped."""
+    for decoupled, final, told in ((True, False, True), (True, True, False), (False, False, False)):
+        transport = Transport()
+        sender = pb_utils.InferenceResponseSender(transport, decoupled=decoupled)
+        sender.send(pb_utils.InferenceResponse([]))
+        if final:
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        del sender  # its last reference: CPython finalizes it here
+        assert ((None, -1) in transport.sent) is told, (decoupled, final)
+        assert transport.sent.count((None, -1)) <= 1
 
 
 def test_sender_rules_follow_triton() -> None:

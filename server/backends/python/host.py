@@ -74,15 +74,31 @@ class _Transport:
     def is_cancelled(self) -> bool:
         return self._channel.is_cancelled()
 
+    def abandoned(self) -> None:
+        request = f"request '{self._request.id}'" if self._request.id else "a request"
+        error = TritonError(
+            ErrorCode.INTERNAL,
+            f"model '{self._host.name}' version {self._host.version} dropped the response sender of "
+            f"{request} without its final flag (a thread of the model's that raised drops it): a "
+            "decoupled model ends each request with "
+            "sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)",
+        )
+        self._channel.send(error, True)
+
 
 def _released(
-    pb_requests: list[Any], results: list[InferenceResponse | TritonError | None]
+    pb_requests: list[Any],
+    results: list[InferenceResponse | TritonError | None],
+    senders: list[Any] | None = None,
 ) -> list[InferenceResponse | TritonError | None]:
     """`results`, with Rescheduled for each request the model released with
-    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE (its scheduler runs it again)."""
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE (its scheduler runs it again, with a sender of its own:
+    this execution's is closed, so dropping it ends nothing)."""
     for index, pb_request in enumerate(pb_requests):
         if pb_host.release_flags(pb_request) == _RESCHEDULE:
             results[index] = Rescheduled()
+            if senders is not None and senders[index] is not None:
+                senders[index].close()
     return results
 
 
@@ -293,9 +309,9 @@ class PythonModel(RequestModel):
             if results is not None:
                 message = f"Python model '{self.instance}' is using the decoupled mode and the execute function must return None."
                 return self._fail_open(senders, self._failure(message))
-            return _released(pb_requests, [None] * len(requests))
+            return _released(pb_requests, [None] * len(requests), senders)
         if results is None and channels is not None:
-            return _released(pb_requests, [None] * len(requests))  # answered through the senders
+            return _released(pb_requests, [None] * len(requests), senders)  # answered through the senders
         if not isinstance(results, list | tuple) or len(results) != len(requests):
             count = len(results) if isinstance(results, list | tuple) else type(results).__name__
             error = TritonError(
@@ -321,10 +337,13 @@ class PythonModel(RequestModel):
                     f"found type '<class '{named}'>'."
                 )
                 return self._fail_open(senders, self._failure(message))
+        # None in the list: that request answers through its response sender (or did), as Triton
+        # lets a default model return None for it
         answers: list[InferenceResponse | TritonError | None] = [
-            self._from_pb(request, result) for request, result in zip(requests, results, strict=True)
+            None if result is None and sender is not None else self._from_pb(request, result)
+            for request, sender, result in zip(requests, senders, results, strict=True)
         ]
-        return _released(pb_requests, answers)
+        return _released(pb_requests, answers, senders)
 
     def _failure(self, message: str, exc: BaseException | None = None) -> ModelError:
         """The model's own failure, as Triton's python backend words it; with its traceback for the
@@ -340,23 +359,36 @@ class PythonModel(RequestModel):
         """`error` for every request whose sender is still open (closing it); None for the others.
         When no request is left to carry it, it is logged here, as Triton logs every failed execute()."""
         results: list[InferenceResponse | TritonError | None] = []
+        unreported = False
         for sender in senders:
             if sender is not None and sender.closed:
                 results.append(None)
+            elif sender is not None and not self.decoupled and sender.response_count:
+                # a default model's request that has its one response already keeps it, as
+                # Triton's front ends pass on only the first: the final flag ends it, the log
+                # has the error
+                sender.send(None, _FINAL)
+                results.append(None)
+                unreported = True
             else:
                 if sender is not None:
                     sender.close()
                 results.append(error)
-        if all(result is None for result in results):
-            _LOG.error(
-                "model '%s' version %s instance '%s': %s%s",
-                self.name,
-                self.version,
-                self.instance,
-                error.message,
-                f"\n{error.trace}" if error.trace else "",
-            )
+        if unreported or all(result is None for result in results):
+            self._log_unreported(error)
         return results
+
+    def _log_unreported(self, error: ModelError) -> None:
+        """A failed execute() whose requests had all been answered: no response carries the error,
+        so the log does, as Triton logs every failed execute()."""
+        _LOG.error(
+            "model '%s' version %s instance '%s': %s%s",
+            self.name,
+            self.version,
+            self.instance,
+            error.message,
+            f"\n{error.trace}" if error.trace else "",
+        )
 
     # coroutine execute() -----------------------------------------------------------------------------
     def _event_loop(self) -> asyncio.AbstractEventLoop:
@@ -392,10 +424,14 @@ class PythonModel(RequestModel):
                     raise TypeError("the execute function must return None in the decoupled mode")
             except Exception as exc:
                 error = self._failure(_raised(exc), exc)
+                reported = False
                 for sender, channel in zip(senders, channels, strict=True):
                     if not sender.closed:
                         sender.close()
                         channel.send(error, True)
+                        reported = True
+                if not reported:
+                    self._log_unreported(error)
 
         future = asyncio.run_coroutine_threadsafe(run(), self._event_loop())
         self._running.add(future)

@@ -277,7 +277,10 @@ class _Process:
         child_answers, self._answers = context.Pipe(duplex=False)
         levels = {
             "": logging.getLogger().getEffectiveLevel(),
-            "tcli.python_model": logging.getLogger("tcli.python_model").getEffectiveLevel(),
+            # every pb_utils.Logger line, verbose too: the server's handler drops what its log
+            # settings switch off when the line arrives, so `POST /v2/logging` applies at once
+            # (a level fixed here kept VERBOSE lines out after log_verbose_level turned 1)
+            "tcli.python_model": logging.DEBUG,
         }
         self._process: BaseProcess = context.Process(
             target=process_worker.main,

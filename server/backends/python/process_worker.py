@@ -81,6 +81,10 @@ def main(
     # requests, then stops us itself (a pipe that closes, the server gone, ends us too)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # the interpreter state of Triton's stub: its sys.argv is [""]. A spawned process inherits the
+    # server's (`tcli serve --model-repository=...`), which a model's `unittest.main("model",
+    # exit=False)` parses and rejects ("unrecognized arguments"), ending the process with code 2
+    sys.argv = [""]
     _Worker(conn, answers, spec, ring_name, log_levels).run()
 
 

@@ -4,6 +4,7 @@ server's ResponseTransport), and the ResponseIterator a decoupled BLS call retur
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
@@ -67,6 +68,9 @@ class ResponseTransport(Protocol):
     def send(self, response: InferenceResponse | None, flags: int, /) -> None: ...
 
     def is_cancelled(self) -> bool: ...
+
+    def abandoned(self) -> None:
+        """The decoupled model dropped the sender before its final flag: end the request."""
 
 
 class InferenceResponseSender:
@@ -135,21 +139,47 @@ class InferenceResponseSender:
         with self._lock:
             self._closed = True
 
+    def __del__(self) -> None:
+        # a decoupled model's sender gone before its final flag (the thread that held it raised, or
+        # the model forgot it): nobody can end the request any more. Triton's stub leaves the
+        # client waiting; the server ends it with an error instead
+        if self._decoupled and not self._closed:
+            self._closed = True
+            # at interpreter exit there may be no one left to tell
+            with contextlib.suppress(Exception):
+                self._transport.abandoned()
+
 
 class ResponseIterator:
-    """What a decoupled BLS `exec(decoupled=True)` returns: iterate the responses, or `cancel()`."""
+    """What a decoupled BLS `exec(decoupled=True)` returns: iterate the responses, or `cancel()`.
+
+    Made once the first response is in, as Triton's exec(decoupled=True) returns then: so
+    `await request.async_exec(decoupled=True)` waits for it in the executor's thread, not in the
+    model's event loop when the model iterates (which serialized a model's concurrent coroutines)."""
 
     def __init__(
         self, responses: Iterable[InferenceResponse], cancel: Callable[[], None] | None = None
     ) -> None:
         self._responses = iter(responses)
         self._cancel = cancel
+        # the first response, or what reading it raised (raised again at the first next())
+        self._first: InferenceResponse | BaseException | None
+        try:
+            self._first = next(self._responses)
+        except Exception as exc:  # StopIteration included: the stream was empty
+            self._first = exc
 
     def __iter__(self) -> ResponseIterator:
         return self
 
     def __next__(self) -> InferenceResponse:
-        return next(self._responses)
+        first = self._first
+        if first is None:
+            return next(self._responses)
+        self._first = None
+        if isinstance(first, BaseException):
+            raise first
+        return first
 
     def cancel(self) -> None:
         if self._cancel is not None:
