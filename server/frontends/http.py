@@ -534,7 +534,7 @@ class HttpFrontend:
         body = await read_body(receive, self.max_input_size, True)
         if not body:
             return {}
-        document = parse_json(body)
+        document = parse_json(body, any_depth=True)
         return document if type(document) is dict else {}
 
     def close(self) -> None:
