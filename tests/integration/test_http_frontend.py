@@ -626,7 +626,8 @@ def test_model_control_refused_outside_explicit_mode(raw_small: httpx.Client) ->
     response = raw_small.post("/v2/repository/models/simple/unload")
     assert (response.status_code, error_body(response)) == (
         503,
-        "explicit model load / unload is not allowed if polling is enabled",
+        "explicit model load / unload is not allowed if polling is enabled (this server runs with "
+        "--model-control-mode none; start it with --model-control-mode explicit to load and unload models)",
     )
 
 
