@@ -210,6 +210,10 @@ def scaffold(
     print(f"created {folder / 'config.pbtxt'} and {folder / '1'}/")
     for problem in report.problems:
         print(f"{problem.severity}: {problem.one_line()}", file=sys.stderr)
+    errors = sum(problem.severity == "error" for problem in report.problems)
+    warnings = len(report.problems) - errors
+    verdict = "invalid" if errors else "valid"  # as `tcli repo validate` says it
+    print(f"validated {report.name}: {verdict}; {errors} errors, {warnings} warnings")
     if report.status == "error":
         raise typer.Exit(1)
 
@@ -324,7 +328,11 @@ def index(
         rows = []
         for copy in copies:
             assert copy.path is not None
-            for row in index_rows([copy.path]):
+            try:
+                found = index_rows([copy.path])
+            except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+                raise CliError(f"{exc}: pass the folder that holds the model folders") from None
+            for row in found:
                 rows.append({**row, "repository": copy.label})
     if format == OutputFormat.json:
         print(json.dumps(rows, indent=2))
