@@ -289,14 +289,16 @@ def infer_result_json(result: Any) -> dict[str, Any]:
     return answer
 
 
-def infer_outputs_table(result: Any) -> Table:
-    """`tcli infer` in the generic mode: one row per output with its values (long ones elided)."""
+def infer_outputs_table(result: Any, part: str = "") -> Table:
+    """`tcli infer` in the generic mode: one row per output with its values (long ones elided);
+    `part` names the response among several (a decoupled model's)."""
     import numpy as np
     from rich.markup import escape
     from rich.table import Table
 
     version = f" version {result.model_version}" if result.model_version else ""
-    table = Table(title=f"{result.model_name}{version}")
+    title = f"{result.model_name}{version}{', ' + part if part else ''}"
+    table = Table(title=title, min_width=len(title))  # the title on one line
     for column in ("output", "datatype", "shape", "values"):
         table.add_column(column, overflow="fold")
     for name, array in result.outputs.items():
