@@ -26,4 +26,3 @@ def describe(exc: BaseException) -> str:
         return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
     text = str(exc).strip()
     return text or "tcli failed unexpectedly (a bug in tcli; please report the command that did it)"
-

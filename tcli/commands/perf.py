@@ -183,6 +183,14 @@ def perf(
     verbose: Annotated[
         bool, typer.Option("-v", help="Print every measurement window (Pass \\[n] ...).")
     ] = False,
+    strict_stability: Annotated[
+        bool,
+        typer.Option(
+            "--strict-stability",
+            help="Stop at the first level that does not become stable, with exit code 2, as perf_analyzer "
+            "does (by default such a level is reported from its steadiest windows, with a warning).",
+        ),
+    ] = False,
     processes: Annotated[
         int,
         typer.Option(
@@ -313,6 +321,7 @@ def perf(
         plot,
         output_format,
         verbose,
+        strict_stability,
     )
     if interrupted:
         raise typer.Exit(INTERRUPTED_EXIT)

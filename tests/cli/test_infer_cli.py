@@ -449,7 +449,17 @@ def test_generic_errors_are_one_line(server: Server, tmp_path: Path) -> None:
 
 
 def test_streaming_prints_every_response_of_a_decoupled_model(server: Server, tmp_path: Path) -> None:
-    args = ("-m", "repeat_int32", "--streaming", "--input", "IN=7,8,9", "--input", "DELAY=0,0,0", "--input", "WAIT=0")
+    args = (
+        "-m",
+        "repeat_int32",
+        "--streaming",
+        "--input",
+        "IN=7,8,9",
+        "--input",
+        "DELAY=0,0,0",
+        "--input",
+        "WAIT=0",
+    )
     code, out, err = infer(server, *args, protocol="grpc")
     assert code == 0, err
     titles = re.findall(r"repeat_int32 version 1, response (\d)/3", out)

@@ -77,7 +77,10 @@ def test_index_of_a_missing_repository_is_one_line_without_a_class_name(tmp_path
 def test_unexpected_failures_are_described_without_class_names() -> None:
     from tcli.errors import describe
 
-    assert describe(FileNotFoundError(2, "No such file or directory", "x.npy")) == "x.npy: No such file or directory"
+    assert (
+        describe(FileNotFoundError(2, "No such file or directory", "x.npy"))
+        == "x.npy: No such file or directory"
+    )
     assert describe(ValueError("bad value")) == "bad value"
     assert "a bug in tcli" in describe(RuntimeError())
 
@@ -119,7 +122,14 @@ def test_scaffold_torchscript_needs_tensor_specs(tmp_path: Path, tcli) -> None: 
     repo = tmp_path / "repo"
     missing = tcli("repo", "scaffold", str(model), "--repo", str(repo), "--name", "digits")
     assert missing.returncode == 1 and "--input INPUT__0:FP32" in missing.stderr
-    two = ("--input", "INPUT__0:FP32:1,8,8", "--input", "INPUT__1:FP32:1,8,8", "--output", "OUTPUT__0:FP32:10")
+    two = (
+        "--input",
+        "INPUT__0:FP32:1,8,8",
+        "--input",
+        "INPUT__1:FP32:1,8,8",
+        "--output",
+        "OUTPUT__0:FP32:10",
+    )
     wrong = tcli("repo", "scaffold", str(model), "--repo", str(repo), "--name", "two", *two)
     assert wrong.returncode == 1  # written, then its validation reported, failing the command
     assert wrong.stdout.splitlines()[-1] == "validated two: invalid; 1 errors, 0 warnings"

@@ -581,8 +581,9 @@ def test_oversized_bodies_are_refused(raw_small: httpx.Client) -> None:
         "--http-max-input-size to increase the limit.",
     )
     response = _json_infer(raw_small, gzip.compress(big), headers={"Content-Encoding": "gzip"})
-    assert response.status_code == 400 and "exceeds the maximum allowed input size of 65536 bytes" in error_body(
-        response
+    assert (
+        response.status_code == 400
+        and "exceeds the maximum allowed input size of 65536 bytes" in error_body(response)
     )
     response = _json_infer(raw_small, _simple_json())
     assert response.status_code == 200
@@ -599,8 +600,9 @@ def test_chunked_request_bodies(raw: httpx.Client, raw_small: httpx.Client) -> N
     assert response.status_code == 200 and response.json()["outputs"][0]["data"] == list(range(1, 17))
     big = json.dumps({**_simple_json(), "id": "x" * 70_000}).encode()
     response = raw_small.post("/v2/models/simple/infer", content=pieces(big, 8192))
-    assert response.status_code == 400 and "exceeds the maximum allowed input size of 65536 bytes" in error_body(
-        response
+    assert (
+        response.status_code == 400
+        and "exceeds the maximum allowed input size of 65536 bytes" in error_body(response)
     )
 
 
