@@ -17,7 +17,7 @@ app = typer.Typer(
     help="A Triton-compatible toolkit: check model repositories, serve them, and drive any Triton server.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,
 )
 app.add_typer(repo.app, name="repo")
 app.add_typer(model.app, name="model")

@@ -20,6 +20,7 @@ import typer
 
 from tcli.commands.tls_options import current_tls, with_tls
 from tcli.errors import CliError
+from tcli.help import HelpCommand
 
 if TYPE_CHECKING:
     import numpy as np
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from tcli.client.types import InferInput, InferResult, RequestedOutput
     from tcli.images import ClassifierSpec
 
-app = typer.Typer()
+app = typer.Typer(rich_markup_mode=None)
 
 ASYNC_CONCURRENCY = 20  # image_client's HTTP client concurrency with -a
 
@@ -50,7 +51,7 @@ class Format(enum.StrEnum):
     json = "json"
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 @with_tls
 def infer(
     model: Annotated[str, typer.Option("-m", "--model-name", help="Name of the model.", show_default=False)],

@@ -11,11 +11,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tcli.errors import CliError
+from tcli.help import HelpCommand
 
 if TYPE_CHECKING:
     from server.config.scaffold import ScaffoldOptions
 
-app = typer.Typer(help="Check, create and list Triton model repositories.", no_args_is_help=True)
+app = typer.Typer(
+    help="Check, create and list Triton model repositories.", no_args_is_help=True, rich_markup_mode=None
+)
 
 DEFAULT_REPOSITORY = Path("model_repository")
 
@@ -54,7 +57,7 @@ def _relabel(text: str | Path | None, copies: list[Any]) -> Any:
     return text
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 def validate(
     repositories: Annotated[
         list[str] | None,
@@ -130,7 +133,7 @@ def validate(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 def scaffold(
     model_file_or_name: Annotated[
         str,
@@ -224,7 +227,7 @@ def _named(options: ScaffoldOptions, name: str) -> ScaffoldOptions:
     return dataclasses.replace(options, name=name)
 
 
-@app.command("import")
+@app.command("import", cls=HelpCommand)
 def import_(
     model_uri: Annotated[
         str,
@@ -264,7 +267,7 @@ def import_(
 ) -> None:
     """Import an MLflow model: an ONNX flavour as an onnxruntime model, a pyfunc model as a python model.
 
-    The model is downloaded with mlflow (pip install 'tcli\\[mlflow]') and validated straight away.
+    The model is downloaded with mlflow (pip install 'tcli[mlflow]') and validated straight away.
     """
     import json
     import tempfile
@@ -302,7 +305,7 @@ def import_(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 def index(
     repositories: Annotated[
         list[str] | None,

@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tcli.errors import CliError
+from tcli.help import grouped
 
 if TYPE_CHECKING:
     from server.app import Server, ServerSettings
     from server.scheduling.latency_summary import MetricsConfig
 
-app = typer.Typer()
+app = typer.Typer(rich_markup_mode=None)
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -53,7 +54,24 @@ class LogFormat(enum.StrEnum):
 Bool = Annotated[str, typer.Option(metavar="BOOLEAN")]
 
 
-@app.command(context_settings=_EXTRA)
+def _group(name: str) -> str | None:
+    """The heading `tcli serve --help` lists an option under."""
+    if name.startswith(("http_", "allow_http")) or name == "reuse_http_port":
+        return "HTTP front end"
+    if name.startswith(("grpc_", "allow_grpc")) or name == "reuse_grpc_port":
+        return "gRPC front end"
+    if name.startswith(("metrics_", "allow_metrics", "allow_cpu_metrics")):
+        return "Metrics"
+    if name.startswith(("log_", "trace_")):
+        return "Logging and tracing"
+    if name.startswith(
+        ("rate_limit", "cache_", "response_cache", "backend_", "repoagent_", "allow_client_shm")
+    ):
+        return "Backends, scheduling and caching"
+    return "Models and repositories"
+
+
+@app.command(cls=grouped(_group), context_settings=_EXTRA)
 def serve(
     ctx: typer.Context,
     repositories: Annotated[
