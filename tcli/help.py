@@ -13,7 +13,6 @@ import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-import click
 from typer.core import TyperCommand
 
 # Typer >= 0.2x writes <str>, <int>, <list[str]>, <a|b>; older Typer (Click's own) TEXT, INTEGER, [a|b]
@@ -37,13 +36,13 @@ class HelpCommand(TyperCommand):
 
     group_of: ClassVar[Callable[[str], str | None] | None] = None
 
-    def format_help(self, ctx: click.Context, formatter: Any) -> None:
+    def format_help(self, ctx: Any, formatter: Any) -> None:
         self.format_usage(ctx, formatter)
         self.format_help_text(ctx, formatter)
         self.format_options(ctx, formatter)
         self.format_epilog(ctx, formatter)
 
-    def format_options(self, ctx: click.Context, formatter: Any) -> None:
+    def format_options(self, ctx: Any, formatter: Any) -> None:
         arguments: list[tuple[str, str]] = []
         groups: dict[str, list[tuple[str, str]]] = {}
         for param in self.get_params(ctx):

@@ -9,8 +9,8 @@ import itertools
 import os
 import subprocess
 import sys
+from typing import Any
 
-import click
 import pytest
 import typer
 from rich.console import Console
@@ -22,11 +22,11 @@ from tests.cli.conftest import ROOT
 WIDTH = 80
 
 
-def commands() -> list[tuple[list[str], click.Command]]:
+def commands() -> list[tuple[list[str], Any]]:
     """Every command of tcli with the words that name it."""
-    found: list[tuple[list[str], click.Command]] = []
+    found: list[tuple[list[str], Any]] = []
 
-    def walk(words: list[str], command: click.Command) -> None:
+    def walk(words: list[str], command: Any) -> None:
         found.append((words, command))
         if hasattr(command, "commands"):
             for name, sub in command.commands.items():
@@ -52,7 +52,7 @@ def help_page(words: list[str]) -> str:
 @pytest.mark.parametrize(
     ("words", "command"), commands(), ids=lambda value: " ".join(value) if isinstance(value, list) else ""
 )
-def test_help_pages_read_well_at_80_columns(words: list[str], command: click.Command) -> None:
+def test_help_pages_read_well_at_80_columns(words: list[str], command: Any) -> None:
     page = help_page(words)
     lines = page.splitlines()
     assert max(len(line) for line in lines) <= WIDTH, page
