@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -251,42 +252,52 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return where
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=lambda block: f"line{block.line}")
-def test_readme_example(block: Block, folder: Path) -> None:
-    ports = Ports()
-    servers: list[subprocess.Popen[str]] = []
+@pytest.fixture(scope="module")
+def servers() -> Iterator[dict[str, tuple[Ports, subprocess.Popen[str]]]]:
+    """Servers by their README command: blocks that start the same one share it (each start loads
+    every example model), as a reader keeps `make serve` running while following the README."""
+    running: dict[str, tuple[Ports, subprocess.Popen[str]]] = {}
     try:
-        for command in block.commands:
-            text = ports.rewrite(command.text)
-            words = text.split()
-            if words[0] == "python" and words[1].endswith(".py") and block.python is not None:
-                (folder / words[1]).write_text(block.python)
-            if words[0] == "tritonserver" or words[:2] == ["tcli", "serve"]:
-                assert not [line for line in command.expected if line.strip()], (
-                    "a server's output is not compared"
-                )
-                servers.append(start_server(text, folder, ports))
-                continue
-            done = subprocess.run(
-                ["bash", "-c", text],
-                cwd=folder,
-                env=environment(),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=COMMAND_SECONDS,
-            )
-            actual = done.stdout.splitlines()
-            assert matches(command.expected, actual), (
-                f"README.md line {block.line}: `{command.text}` (run as `{text}`, exit code {done.returncode}) "
-                "printed:\n"
-                + "\n".join(actual)
-                + "\n\nwhere the README shows:\n"
-                + "\n".join(command.expected)
-            )
+        yield running
     finally:
-        for server in servers:
-            stop(server)
+        for _, process in running.values():
+            stop(process)
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=lambda block: f"line{block.line}")
+def test_readme_example(
+    block: Block, folder: Path, servers: dict[str, tuple[Ports, subprocess.Popen[str]]]
+) -> None:
+    ports = Ports()
+    for command in block.commands:
+        words = without_comment(command.text).split()
+        if words[0] == "python" and words[1].endswith(".py") and block.python is not None:
+            (folder / words[1]).write_text(block.python)
+        if words[0] == "tritonserver" or words[:2] == ["tcli", "serve"]:
+            assert not [line for line in command.expected if line.strip()], (
+                "a server's output is not compared"
+            )
+            key = " ".join(words)
+            if key in servers and servers[key][1].poll() is None:
+                ports = servers[key][0]
+            else:
+                servers[key] = (ports, start_server(ports.rewrite(command.text), folder, ports))
+            continue
+        text = ports.rewrite(command.text)
+        done = subprocess.run(
+            ["bash", "-c", text],
+            cwd=folder,
+            env=environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=COMMAND_SECONDS,
+        )
+        actual = done.stdout.splitlines()
+        assert matches(command.expected, actual), (
+            f"README.md line {block.line}: `{command.text}` (run as `{text}`, exit code {done.returncode}) "
+            "printed:\n" + "\n".join(actual) + "\n\nwhere the README shows:\n" + "\n".join(command.expected)
+        )
 
 
 def test_every_block_not_run_is_listed_with_its_reason() -> None:
