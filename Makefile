@@ -31,9 +31,11 @@ $(STAMP): pyproject.toml
 	$(PYTHON_EXE) -m venv --clear $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip 'uv>=0.9,<0.14'
 	@# torch's CPU build first: a plain `torch` requirement would pull a multi-GB CUDA build. On these
-	@# machines pip finds torch==2.13.0 (CPU) on local disk; elsewhere PyTorch's CPU wheel index serves it.
+	@# machines pip finds torch==2.13.0 (CPU, for Python 3.11) on local disk, never asking PyPI
+	@# (--no-index); other Pythons and other machines get it from PyTorch's CPU wheel index.
 	@# uv then leaves torch out of its resolution (--excludes), so that it never swaps in a CUDA build.
-	$(BIN)/pip install --quiet torch==2.13.0 2>/dev/null || \
+	( $(BIN)/pip install --quiet --no-index --no-deps torch==2.13.0 2>/dev/null && \
+	  $(BIN)/pip install --quiet torch==2.13.0 ) || \
 	  $(BIN)/pip install --quiet 'torch>=2.13,<3' --index-url https://download.pytorch.org/whl/cpu
 	echo torch > $(VENV)/uv-excludes.txt
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --resolution $(RESOLUTION) \
