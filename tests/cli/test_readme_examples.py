@@ -54,6 +54,11 @@ NOT_RUN = {
     "pip install ./acme-backends": "needs the reader's own backend package",
     "tcli repo validate models --backend-directory backends": "needs the reader's own backend folder",
     "tcli perf -m simple -i grpc -u localhost:8001 --ssl-grpc-use-ssl true": "needs a TLS server and its CA file",
+    "tcli serve --trace-config triton,file=/tmp/trace.json": "a trace file's content depends on the requests "
+    "traced and is written as traces complete (tests/cli/test_trace_cli.py and tests/integration/test_tracing.py "
+    "check it)",
+    "tcli trace summary /tmp/trace.json": "reads the traces of a session with an ensemble not in model_repository "
+    "(tests/cli/test_trace_cli.py checks the table)",
     "tcli serve model_repository --cache-config local,size=1048576": "needs perf_analyzer and a model with "
     "response_cache enabled (tests/integration/test_response_cache.py runs it)",
 }
@@ -298,6 +303,21 @@ def test_readme_example(
             f"README.md line {block.line}: `{command.text}` (run as `{text}`, exit code {done.returncode}) "
             "printed:\n" + "\n".join(actual) + "\n\nwhere the README shows:\n" + "\n".join(command.expected)
         )
+
+
+def test_every_prompt_is_in_a_console_or_sh_block() -> None:
+    """A `$ ` command in a block of another kind would be an example no test runs or lists."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    language = None
+    for number, line in enumerate(lines, 1):
+        fence = re.fullmatch(r"```(\w*)", line)
+        if fence:
+            language = None if language is not None else fence.group(1)
+            continue
+        if language is not None and line.startswith("$ "):
+            assert language in ("console", "sh"), (
+                f"README.md line {number}: `{line}` in a ```{language} block"
+            )
 
 
 def test_every_block_not_run_is_listed_with_its_reason() -> None:
