@@ -146,6 +146,15 @@ def without_comment(text: str) -> str:
     return text
 
 
+def shell_end(text: str) -> int:
+    """Where the first command of a shell line ends: at its first `|` or `>` outside quotes."""
+    for match in re.finditer(r"\s[|>]", text):
+        before = text[: match.start()]
+        if before.count("'") % 2 == 0 and before.count('"') % 2 == 0:
+            return match.start()
+    return len(text)
+
+
 class Ports:
     def __init__(self) -> None:
         self.http, self.grpc, self.metrics = free_ports(3)
@@ -166,7 +175,9 @@ class Ports:
                     text += f" {flag} {port}"
         elif words[0] == "tcli" and words[1] in ("model", "infer", "perf") and " -u " not in f" {text} ":
             grpc = re.search(r"(^|\s)-i\s+grpc\b", text) is not None
-            text += f" -u localhost:{self.grpc if grpc else self.http}"
+            address = f" -u localhost:{self.grpc if grpc else self.http}"
+            end = shell_end(text)  # before a pipe or a redirection: the option is tcli's
+            text = text[:end] + address + text[end:]
         return text
 
 
@@ -342,4 +353,21 @@ def test_the_masking_keeps_what_does_not_vary() -> None:
     assert matches(
         ["Concurrency: 1, throughput: 5.1 infer/sec, latency 900 usec..."],
         ["Concurrency: 1, throughput: 7.5 infer/sec, latency 1234 usec (not stable)"],
+    )
+
+
+def test_ports_are_rewritten_consistently() -> None:
+    ports = Ports()
+    assert ports.rewrite("tcli model config add_sub | grep count") == (
+        f"tcli model config add_sub -u localhost:{ports.http} | grep count"
+    )
+    assert ports.rewrite("tcli infer -m simple -i grpc -u localhost:8001 --async") == (
+        f"tcli infer -m simple -i grpc -u localhost:{ports.grpc} --async"
+    )
+    assert ports.rewrite("tcli serve model_repository --http-port 8000   # in another terminal") == (
+        f"tcli serve model_repository --http-port {ports.http} --grpc-port {ports.grpc} "
+        f"--metrics-port {ports.metrics}"
+    )
+    assert ports.rewrite("curl -s localhost:8002/metrics | grep '^nv_'") == (
+        f"curl -s localhost:{ports.metrics}/metrics | grep '^nv_'"
     )
