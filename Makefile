@@ -4,8 +4,14 @@
 # and two checks of pyproject.toml's version ranges, each in a virtual environment of its own:
 #   make test-oldest   the suite on the lowest version each range allows (.venv-oldest)
 #   make test-newest   the suite on the newest versions released today (.venv-newest)
+# Supported: Python 3.11 to 3.13. `make test PYTHON=python3.13` tests another version in a virtual
+# environment of its own (.venv-python3.13), never in the default .venv.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
-VENV ?= .venv
+VENV ?= .venv$(if $(filter command line,$(origin PYTHON)),-$(notdir $(PYTHON)))
+# The interpreter itself: pyenv's shims refuse a version that is installed but not selected
+# (`pyenv global`), so such a version is taken from pyenv's own folder.
+PYTHON_EXE := $(shell $(PYTHON) -c 'import sys; print(sys.executable)' 2>/dev/null || \
+  ls -d $$(pyenv root 2>/dev/null)/versions/*/bin/$(notdir $(PYTHON)) 2>/dev/null | tail -n 1)
 # uv's --resolution: highest (make test, make serve, make test-newest) or lowest-direct (make test-oldest)
 RESOLUTION ?= highest
 BIN := $(VENV)/bin
@@ -21,12 +27,15 @@ EXTRAS := torch,test
 # uv resolves from PyPI alone; a new pyproject.toml starts the environment afresh, so that it holds
 # exactly what the ranges resolve to today. $(VENV)/versions.txt lists what was installed.
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv --clear $(VENV)
+	@[ -n "$(PYTHON_EXE)" ] || { echo "$(PYTHON): no such Python (supported: 3.11 to 3.13)"; exit 1; }
+	$(PYTHON_EXE) -m venv --clear $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip 'uv>=0.9,<0.14'
 	@# torch's CPU build first: a plain `torch` requirement would pull a multi-GB CUDA build. On these
-	@# machines pip finds torch==2.13.0 (CPU) on local disk; elsewhere PyTorch's CPU wheel index serves it.
+	@# machines pip finds torch==2.13.0 (CPU, for Python 3.11) on local disk, never asking PyPI
+	@# (--no-index); other Pythons and other machines get it from PyTorch's CPU wheel index.
 	@# uv then leaves torch out of its resolution (--excludes), so that it never swaps in a CUDA build.
-	$(BIN)/pip install --quiet torch==2.13.0 2>/dev/null || \
+	( $(BIN)/pip install --quiet --no-index --no-deps torch==2.13.0 2>/dev/null && \
+	  $(BIN)/pip install --quiet torch==2.13.0 ) || \
 	  $(BIN)/pip install --quiet 'torch>=2.13,<3' --index-url https://download.pytorch.org/whl/cpu
 	echo torch > $(VENV)/uv-excludes.txt
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --resolution $(RESOLUTION) \

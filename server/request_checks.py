@@ -64,10 +64,7 @@ class RequestRules:
                 raise invalid_arg(f"unexpected inference output '{min(unknown)}' for model '{model}'")
             if len(set(names)) != len(names):
                 twice = next(name for index, name in enumerate(names) if name in names[:index])
-                raise invalid_arg(
-                    f"{_prefix(request)}output '{twice}' is requested more than once for model '{model}'; "
-                    "name each output once"
-                )
+                raise invalid_arg(f"{_prefix(request)}output '{twice}' already exists in request")
         inputs = request.inputs[::-1]
         if len(inputs) > len(self.inputs) or len(inputs) < len(self.required):
             raise self._count_error(request)

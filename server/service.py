@@ -394,7 +394,13 @@ class InferenceService:
 
     def _require_explicit(self) -> None:
         if self.manager.mode != ControlMode.EXPLICIT:
-            raise unavailable("explicit model load / unload is not allowed if polling is enabled")
+            # Triton's text, which clients may look for, then what it leaves out: this server's mode
+            # (often none, not poll) and the fix
+            raise unavailable(
+                "explicit model load / unload is not allowed if polling is enabled (this server runs "
+                f"with --model-control-mode {self.manager.mode.value}; start it with "
+                "--model-control-mode explicit to load and unload models)"
+            )
 
     async def load(
         self, name: str, config_json: str | None = None, files: Mapping[str, bytes] | None = None

@@ -16,3 +16,13 @@ class CliError(Exception):
 def exit_with(message: str, code: int) -> NoReturn:
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(code)
+
+
+def describe(exc: BaseException) -> str:
+    """An unexpected failure in words, without the exception's class name: an OSError names its
+    file and reason, anything else says what it says (or that it is tcli's fault when it says
+    nothing)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    text = str(exc).strip()
+    return text or "tcli failed unexpectedly (a bug in tcli; please report the command that did it)"

@@ -17,7 +17,7 @@ app = typer.Typer(
     help="A Triton-compatible toolkit: check model repositories, serve them, and drive any Triton server.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,
 )
 app.add_typer(repo.app, name="repo")
 app.add_typer(model.app, name="model")
@@ -30,7 +30,7 @@ app.registered_commands += perf.app.registered_commands
 def run(command: Any = None, prog_name: str | None = None) -> None:
     """Console-script entry point (of `command`, the whole app by default): every failure is one line
     on stderr and a non-zero exit."""
-    from tcli.errors import CliError, exit_with
+    from tcli.errors import CliError, describe, exit_with
 
     try:
         (command or app)(prog_name=prog_name)
@@ -43,7 +43,7 @@ def run(command: Any = None, prog_name: str | None = None) -> None:
 
         if isinstance(exc, TritonError):
             exit_with(exc.message, 1)
-        exit_with(f"{type(exc).__name__}: {exc}", 1)
+        exit_with(describe(exc), 1)
 
 
 if __name__ == "__main__":

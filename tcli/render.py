@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -117,6 +118,54 @@ def github_annotations(report: RepositoryReport) -> str:
     return "\n".join(out)
 
 
+def keep_whole(table: Table, optional: Sequence[str] = (), width: int | None = None) -> Table:
+    """Fit `table` to the terminal (or `width`) without cutting a name or a header word: columns wrap
+    between words but are never narrower than their longest word, and the `optional` columns are
+    dropped, in that order, until the rest fits (a caption says which). Rich alone cuts cells to fit
+    (`densenet_on…`)."""
+    from rich.console import Console
+    from rich.text import Text
+
+    def words(cell: Any) -> list[str]:
+        text = cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
+        return text.split() or [""]
+
+    def narrowest(column: Any) -> int:
+        return max(len(word) for cell in (column.header, *column.cells) for word in words(cell))
+
+    def natural(column: Any) -> int:
+        return max(len(" ".join(words(cell))) for cell in (column.header, *column.cells))
+
+    available = width if width is not None else Console().width
+
+    def room() -> int:  # for the cells: less one space of padding each side and the vertical lines
+        return available - 3 * len(table.columns) - 1
+
+    dropped = []
+    for name in optional:
+        if sum(narrowest(c) for c in table.columns) <= room():
+            break
+        for index, column in enumerate(table.columns):
+            if column.header == name:
+                del table.columns[index]
+                dropped.append(name)
+                break
+    if dropped:
+        table.caption = f"left out at this width: {', '.join(dropped)} (--format json has every column)"
+    lows = [narrowest(c) for c in table.columns]
+    highs = [natural(c) for c in table.columns]
+    if sum(highs) > room() and sum(lows) <= room():
+        # each column its longest word, then what is left to the columns that wrap, in order
+        spare = room() - sum(lows)
+        for column, low, high in zip(table.columns, lows, highs, strict=True):
+            extra = min(spare, high - low)
+            spare -= extra
+            column.width = low + extra
+    for column in table.columns:
+        column.overflow = "fold"  # a word wider than the whole terminal folds, never ends in …
+    return table
+
+
 def index_table(rows: list[dict[str, Any]]) -> Table:
     from rich.markup import escape
     from rich.table import Table
@@ -133,7 +182,7 @@ def index_table(rows: list[dict[str, Any]]) -> Table:
             row["config"],
             escape(row["repository"]),
         )
-    return table
+    return keep_whole(table, ("config", "repository", "served"))
 
 
 def startup_tables(server: Any) -> list[Table]:
@@ -258,7 +307,7 @@ def statistics_table(stats: list[dict[str, Any]]) -> Table:
             average_us(inference.get("compute_infer", {})),
             average_us(inference.get("success", {})),
         )
-    return table
+    return keep_whole(table, ("avg queue us", "avg infer us", "executions", "inferences"))
 
 
 def _output_values(array: Any) -> Any:
@@ -289,14 +338,16 @@ def infer_result_json(result: Any) -> dict[str, Any]:
     return answer
 
 
-def infer_outputs_table(result: Any) -> Table:
-    """`tcli infer` in the generic mode: one row per output with its values (long ones elided)."""
+def infer_outputs_table(result: Any, part: str = "") -> Table:
+    """`tcli infer` in the generic mode: one row per output with its values (long ones elided);
+    `part` names the response among several (a decoupled model's)."""
     import numpy as np
     from rich.markup import escape
     from rich.table import Table
 
     version = f" version {result.model_version}" if result.model_version else ""
-    table = Table(title=f"{result.model_name}{version}")
+    title = f"{result.model_name}{version}{', ' + part if part else ''}"
+    table = Table(title=title, min_width=len(title))  # the title on one line
     for column in ("output", "datatype", "shape", "values"):
         table.add_column(column, overflow="fold")
     for name, array in result.outputs.items():

@@ -77,6 +77,9 @@ DOCUMENTED: dict[str, str] = {
     "tritonclient.grpc": "https://github.com/triton-inference-server/client#python-client-library",
     "tritonclient.grpc.model_config_pb2": "https://github.com/triton-inference-server/client/tree/main/src/python/library/tritonclient/grpc",
     "typer": "https://typer.tiangolo.com/reference/",
+    # TyperCommand, the default of the documented `cls` of Typer.command(), subclassed by tcli/help.py
+    # for Click's help layout (format_options and the Click help API it overrides)
+    "typer.core": "https://typer.tiangolo.com/reference/typer/#typer.Typer.command",
     "uvloop": "https://uvloop.readthedocs.io/user/index.html",
     "watchdog.events": "https://python-watchdog.readthedocs.io/en/stable/api.html#module-watchdog.events",
     "watchdog.observers": "https://python-watchdog.readthedocs.io/en/stable/api.html#module-watchdog.observers",

@@ -186,6 +186,11 @@ class HttpFrontend:
         match = _REPOSITORY_ROUTE.fullmatch(path)
         if match is not None:
             self._restrictions.check(scope["headers"], "model-repository")
+            # a load request whose declared size is over the limit (files in it, say) is refused
+            # from its head, before its body is read, as an inference request is
+            declared = _content_length(scope["headers"])
+            if declared > self.max_input_size:
+                raise too_large(declared, self.max_input_size, json_only=True)
             repository, _, model, action = match.groups()
             return await self._repository(
                 receive, send, method, _segment(repository), _segment(model), action or "index"
@@ -534,12 +539,20 @@ class HttpFrontend:
         body = await read_body(receive, self.max_input_size, True)
         if not body:
             return {}
-        document = parse_json(body)
+        document = parse_json(body, any_depth=True)
         return document if type(document) is dict else {}
 
     def close(self) -> None:
         if self._owns_shm:
             self.shm.close()
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int:
+    """The declared Content-Length, -1 when there is none (a chunked body, or no body)."""
+    for key, value in headers:
+        if key == b"content-length":
+            return int(value) if value.isdigit() else -1
+    return -1
 
 
 def _segment(value: str | None) -> str:

@@ -9,9 +9,10 @@ from server.protocol.errors import TritonError, invalid_arg
 
 
 def too_large(size: int, limit: int, json_only: bool) -> TritonError:
-    what = "Request JSON size" if json_only else "Request size"
+    # current Triton's words (lower case, "input size"), which its qa (L0_http) looks for
+    what = "request JSON size" if json_only else "request size"
     return invalid_arg(
-        f"{what} of {size} bytes exceeds the maximum allowed value of {limit} bytes. Use "
+        f"{what} of {size} bytes exceeds the maximum allowed input size of {limit} bytes. Use "
         "--http-max-input-size to increase the limit."
     )
 

@@ -63,6 +63,11 @@ class ServerState:
         self.scheme = "http"  # "https" when the server's connections are TLS
 
 
+def _chunked_with_length(headers: list[tuple[bytes, bytes]]) -> bool:
+    names = {name for name, _ in headers}
+    return b"content-length" in names and b"transfer-encoding" in names
+
+
 class _HeadTooLarge(Exception):
     pass
 
@@ -77,6 +82,10 @@ class HttpProtocol(asyncio.Protocol):
         self._state = state
         self._loop = state.loop
         self._parser = httptools.HttpRequestParser(self)
+        # A body sent chunked with a Content-Length too (requests does this when a caller sets
+        # Transfer-Encoding itself; Triton's qa does) is read as chunked, as Triton's server reads it;
+        # the connection then closes after the answer, so that no request can hide in the body.
+        self._parser.set_dangerous_leniencies(lenient_chunked_length=True)
         self._transport: asyncio.Transport | None = None
         self._unparsed: list[bytes] = []
         self._pipeline: deque[AsgiCycle] = deque()
@@ -347,6 +356,8 @@ class HttpProtocol(asyncio.Protocol):
         method = parser.get_method()
         version = parser.get_http_version()
         keep_alive = version == "1.1" and parser.should_keep_alive() and not parser.should_upgrade()
+        if keep_alive and _chunked_with_length(self._headers):
+            keep_alive = False
         self._last_request = not keep_alive
         current = self._cycle
         busy = current is not None and not current.response_complete

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from server.protocol import datatypes
+from server.protocol.deep_json import loads_deep
 from server.protocol.errors import invalid_arg, unavailable
 from server.protocol.json_binary import shm_parameters
 from server.protocol.json_values import (
@@ -60,9 +61,11 @@ def parse_header_length(value: str | bytes, content_length: int) -> int:
     return length
 
 
-def parse_json(data: bytes | bytearray | memoryview) -> Any:
+def parse_json(data: bytes | bytearray | memoryview, any_depth: bool = False) -> Any:
     """A JSON document; errors are Triton's 'failed to parse the request JSON buffer'. Like Triton's
-    parser (RapidJSON), NaN and Infinity are accepted."""
+    parser (RapidJSON), NaN and Infinity are accepted. `any_depth`: nesting beyond the parsers' limits
+    is read too (by a slower parser), for the repository requests, whose few fields are then checked
+    as Triton checks them."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -70,7 +73,14 @@ def parse_json(data: bytes | bytearray | memoryview) -> Any:
             raise invalid_arg("failed to parse the request JSON buffer: The document is empty.") from None
         try:  # the standard parser accepts NaN/Infinity, which orjson refuses
             return json.loads(bytes(data), parse_float=_finite_float)
-        except (ValueError, RecursionError):
+        except RecursionError:
+            if any_depth:
+                try:
+                    return loads_deep(bytes(data))
+                except ValueError:
+                    pass
+            raise invalid_arg(f"failed to parse the request JSON buffer: {exc}") from None
+        except ValueError:
             raise invalid_arg(f"failed to parse the request JSON buffer: {exc}") from None
 
 

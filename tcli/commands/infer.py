@@ -20,6 +20,7 @@ import typer
 
 from tcli.commands.tls_options import current_tls, with_tls
 from tcli.errors import CliError
+from tcli.help import HelpCommand
 
 if TYPE_CHECKING:
     import numpy as np
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from tcli.client.types import InferInput, InferResult, RequestedOutput
     from tcli.images import ClassifierSpec
 
-app = typer.Typer()
+app = typer.Typer(rich_markup_mode=None)
 
 ASYNC_CONCURRENCY = 20  # image_client's HTTP client concurrency with -a
 
@@ -50,7 +51,7 @@ class Format(enum.StrEnum):
     json = "json"
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 @with_tls
 def infer(
     model: Annotated[str, typer.Option("-m", "--model-name", help="Name of the model.", show_default=False)],
@@ -246,15 +247,13 @@ def _stream(
             "--streaming is not available yet: tcli's gRPC client has no streaming call; use -a (--async)"
         )
     pending = [(inputs, outputs, str(i)) for i, (inputs, outputs) in enumerate(requests)]
-    by_id: dict[str, InferResult] = {}
-    next_index = 0
+    # a decoupled model answers a request with any number of responses (repeat_int32: one per
+    # element): every one is kept, in request order, each request's in the order they came
+    by_id: dict[str, list[InferResult]] = {}
     for result in stream_infer(model, pending, version):
-        by_id[result.id] = result
-        while str(next_index) in by_id:
-            yield by_id.pop(str(next_index))
-            next_index += 1
-    if next_index != len(requests):
-        raise CliError(f"inference failed: the stream ended after {next_index} of {len(requests)} responses")
+        by_id.setdefault(result.id, []).append(result)
+    for index in range(len(requests)):
+        yield from by_id.get(str(index), [])
 
 
 def _print(text: str) -> None:
@@ -421,8 +420,18 @@ def _generic(
         if classes
         else None
     )
-    (result,) = list(_send(client, name, version, [(tensors, outputs)], async_set, streaming))
-    _write_outputs(result, output_dir, as_json)
+    results = list(_send(client, name, version, [(tensors, outputs)], async_set, streaming))
+    if len(results) == 1:
+        _write_outputs(results[0], output_dir, as_json)
+    elif not results:  # a decoupled model may answer with none (repeat_int32 for an empty IN)
+        _print(f"model '{name}' sent no response")
+    elif as_json and output_dir is None:
+        from tcli import render
+
+        _print(json.dumps([render.infer_result_json(result) for result in results], indent=2))
+    else:  # a decoupled model's responses, each on its own
+        for number, result in enumerate(results, 1):
+            _write_outputs(result, output_dir, as_json, f"response {number}/{len(results)}")
 
 
 def _batching(client: HttpClient | GrpcClient, metadata: dict[str, Any], version: str) -> bool:
@@ -480,14 +489,15 @@ def _tensor(
     return array
 
 
-def _write_outputs(result: InferResult, output_dir: Path | None, as_json: bool) -> None:
+def _write_outputs(result: InferResult, output_dir: Path | None, as_json: bool, part: str = "") -> None:
+    """One response's outputs; `part` ("response 2 of 3") names it among a decoupled model's."""
     from tcli import render
 
     if output_dir is None:
         if as_json:
             _print(json.dumps(render.infer_result_json(result), indent=2))
         else:
-            render.print_table(render.infer_outputs_table(result))
+            render.print_table(render.infer_outputs_table(result, part))
         return
     import numpy as np
 
@@ -498,7 +508,9 @@ def _write_outputs(result: InferResult, output_dir: Path | None, as_json: bool) 
     for output_name, array in result.outputs.items():
         datatype = result.datatypes.get(output_name, "")
         safe = output_name.replace(os.sep, "_")
-        path = output_dir / f"{safe}.{'json' if as_json else 'npy'}"
+        # OUT.1.npy, OUT.2.npy, ... for a decoupled model's several responses
+        number = "." + part.split()[1].partition("/")[0] if part else ""
+        path = output_dir / f"{safe}{number}.{'json' if as_json else 'npy'}"
         if as_json:
             path.write_text(json.dumps(render.output_json(output_name, datatype, array)) + "\n")
         else:

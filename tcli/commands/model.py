@@ -12,12 +12,15 @@ import typer
 
 from tcli.commands.tls_options import current_tls, with_tls
 from tcli.errors import CliError
+from tcli.help import HelpCommand
 
 if TYPE_CHECKING:
     from tcli.client.grpc import GrpcClient
     from tcli.client.http import HttpClient
 
-app = typer.Typer(help="Control and inspect models on a running server.", no_args_is_help=True)
+app = typer.Typer(
+    help="Control and inspect models on a running server.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 class Protocol(enum.StrEnum):
@@ -62,7 +65,7 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2))
 
 
-@app.command("list")
+@app.command("list", cls=HelpCommand)
 @with_tls
 def list_models(url: Url = None, protocol: Proto = Protocol.http, format: Fmt = Format.table) -> None:
     """Every model in the server's repositories, with version, state and reason."""
@@ -76,7 +79,7 @@ def list_models(url: Url = None, protocol: Proto = Protocol.http, format: Fmt = 
         render.print_table(render.model_index_table(rows))
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 @with_tls
 def status(model: str, url: Url = None, protocol: Proto = Protocol.http, format: Fmt = Format.table) -> None:
     """Is the model ready, which versions are loaded, and why a version is not."""
@@ -95,7 +98,7 @@ def status(model: str, url: Url = None, protocol: Proto = Protocol.http, format:
         )
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 @with_tls
 def load(
     model: str,
@@ -132,7 +135,7 @@ def _config_override(path: Path) -> str:
         raise CliError(exc.message) from None
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 @with_tls
 def unload(
     model: str,
@@ -148,7 +151,7 @@ def unload(
     print(f"unloaded '{model}'")
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 @with_tls
 def config(
     model: str,
@@ -169,7 +172,7 @@ def config(
     print(to_pbtxt(from_json_dict(data)), end="")
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 @with_tls
 def metadata(
     model: str,
@@ -189,7 +192,7 @@ def metadata(
         render.print_table(render.metadata_table(data))
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 @with_tls
 def stats(
     model: Annotated[str, typer.Argument(help="Model (default: every loaded model).")] = "",

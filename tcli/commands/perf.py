@@ -11,8 +11,9 @@ import typer
 
 from tcli.commands.tls_options import current_tls, with_tls
 from tcli.errors import CliError
+from tcli.help import HelpCommand
 
-app = typer.Typer()
+app = typer.Typer(rich_markup_mode=None)
 
 INTERRUPTED_EXIT = 130
 
@@ -65,7 +66,7 @@ def _header(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
-@app.command(no_args_is_help=True)
+@app.command(cls=HelpCommand, no_args_is_help=True)
 @with_tls
 def perf(
     model_name: Annotated[
@@ -181,7 +182,15 @@ def perf(
         Format, typer.Option("--format", help="text (perf_analyzer's output) or json.")
     ] = Format.text,
     verbose: Annotated[
-        bool, typer.Option("-v", help="Print every measurement window (Pass \\[n] ...).")
+        bool, typer.Option("-v", help="Print every measurement window (Pass [n] ...).")
+    ] = False,
+    strict_stability: Annotated[
+        bool,
+        typer.Option(
+            "--strict-stability",
+            help="Stop at the first level that does not become stable, with exit code 2, as perf_analyzer "
+            "does (by default such a level is reported from its steadiest windows, with a warning).",
+        ),
     ] = False,
     processes: Annotated[
         int,
@@ -313,6 +322,7 @@ def perf(
         plot,
         output_format,
         verbose,
+        strict_stability,
     )
     if interrupted:
         raise typer.Exit(INTERRUPTED_EXIT)

@@ -11,11 +11,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tcli.errors import CliError
+from tcli.help import HelpCommand
 
 if TYPE_CHECKING:
     from server.config.scaffold import ScaffoldOptions
 
-app = typer.Typer(help="Check, create and list Triton model repositories.", no_args_is_help=True)
+app = typer.Typer(
+    help="Check, create and list Triton model repositories.", no_args_is_help=True, rich_markup_mode=None
+)
 
 DEFAULT_REPOSITORY = Path("model_repository")
 
@@ -54,7 +57,7 @@ def _relabel(text: str | Path | None, copies: list[Any]) -> Any:
     return text
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 def validate(
     repositories: Annotated[
         list[str] | None,
@@ -130,7 +133,7 @@ def validate(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 def scaffold(
     model_file_or_name: Annotated[
         str,
@@ -210,6 +213,10 @@ def scaffold(
     print(f"created {folder / 'config.pbtxt'} and {folder / '1'}/")
     for problem in report.problems:
         print(f"{problem.severity}: {problem.one_line()}", file=sys.stderr)
+    errors = sum(problem.severity == "error" for problem in report.problems)
+    warnings = len(report.problems) - errors
+    verdict = "invalid" if errors else "valid"  # as `tcli repo validate` says it
+    print(f"validated {report.name}: {verdict}; {errors} errors, {warnings} warnings")
     if report.status == "error":
         raise typer.Exit(1)
 
@@ -220,7 +227,7 @@ def _named(options: ScaffoldOptions, name: str) -> ScaffoldOptions:
     return dataclasses.replace(options, name=name)
 
 
-@app.command("import")
+@app.command("import", cls=HelpCommand)
 def import_(
     model_uri: Annotated[
         str,
@@ -260,7 +267,7 @@ def import_(
 ) -> None:
     """Import an MLflow model: an ONNX flavour as an onnxruntime model, a pyfunc model as a python model.
 
-    The model is downloaded with mlflow (pip install 'tcli\\[mlflow]') and validated straight away.
+    The model is downloaded with mlflow (pip install 'tcli[mlflow]') and validated straight away.
     """
     import json
     import tempfile
@@ -298,7 +305,7 @@ def import_(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 def index(
     repositories: Annotated[
         list[str] | None,
@@ -324,7 +331,11 @@ def index(
         rows = []
         for copy in copies:
             assert copy.path is not None
-            for row in index_rows([copy.path]):
+            try:
+                found = index_rows([copy.path])
+            except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+                raise CliError(f"{exc}: pass the folder that holds the model folders") from None
+            for row in found:
                 rows.append({**row, "repository": copy.label})
     if format == OutputFormat.json:
         print(json.dumps(rows, indent=2))

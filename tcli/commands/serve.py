@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tcli.errors import CliError
+from tcli.help import grouped
 
 if TYPE_CHECKING:
-    from server.app import Server
+    from server.app import Server, ServerSettings
     from server.scheduling.latency_summary import MetricsConfig
 
-app = typer.Typer()
+app = typer.Typer(rich_markup_mode=None)
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -53,7 +54,24 @@ class LogFormat(enum.StrEnum):
 Bool = Annotated[str, typer.Option(metavar="BOOLEAN")]
 
 
-@app.command(context_settings=_EXTRA)
+def _group(name: str) -> str | None:
+    """The heading `tcli serve --help` lists an option under."""
+    if name.startswith(("http_", "allow_http")) or name == "reuse_http_port":
+        return "HTTP front end"
+    if name.startswith(("grpc_", "allow_grpc")) or name == "reuse_grpc_port":
+        return "gRPC front end"
+    if name.startswith(("metrics_", "allow_metrics", "allow_cpu_metrics")):
+        return "Metrics"
+    if name.startswith(("log_", "trace_")):
+        return "Logging and tracing"
+    if name.startswith(
+        ("rate_limit", "cache_", "response_cache", "backend_", "repoagent_", "allow_client_shm")
+    ):
+        return "Backends, scheduling and caching"
+    return "Models and repositories"
+
+
+@app.command(cls=grouped(_group), context_settings=_EXTRA)
 def serve(
     ctx: typer.Context,
     repositories: Annotated[
@@ -435,6 +453,7 @@ def serve(
         response_cache_byte_size=cache,
         trace=trace,
     )
+    _check_ports(settings)  # before any model loads
     try:
         code = run(settings, on_started=_print_startup)
     except StartupError as exc:  # tritonserver's default --exit-on-error=true: its tables, then its error
@@ -442,11 +461,30 @@ def serve(
         raise CliError(f"{exc} (--exit-on-error=false serves the models that did load)") from None
     except TlsError as exc:  # before any model loaded: the file and flag to mend
         raise CliError(str(exc)) from None
-    except OSError as exc:
+    except OSError as exc:  # a port taken between the check and the front ends' start
         raise CliError(
-            f"cannot start the server: {exc.strerror or exc} (is the port already in use? try --http-port 0)"
+            f"cannot start the server: {exc.strerror or exc} (is a port in use? --http-port 0 --grpc-port 0 "
+            "--metrics-port 0 take free ones)"
         ) from None
     raise typer.Exit(code)
+
+
+def _check_ports(settings: ServerSettings) -> None:
+    from server.frontends.ports import Listener, port_problem
+
+    listeners = []
+    if settings.allow_http:
+        listeners.append(Listener("--http-port", settings.host, settings.http_port, settings.reuse_http_port))
+    if settings.allow_grpc:
+        address = settings.grpc_address or settings.host
+        listeners.append(Listener("--grpc-port", address, settings.grpc_port, settings.reuse_grpc_port))
+    if settings.allow_metrics:
+        listeners.append(
+            Listener("--metrics-port", settings.metrics_address or settings.host, settings.metrics_port)
+        )
+    problem = port_problem(listeners)
+    if problem:
+        raise CliError(problem)
 
 
 def _positive(name: str, value: float, most: float | None = None) -> float:

@@ -8,7 +8,13 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="Read Triton trace files (--trace-config triton,file=...).", no_args_is_help=True)
+from tcli.help import HelpCommand
+
+app = typer.Typer(
+    help="Read Triton trace files (--trace-config triton,file=...).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 
 
 class Format(enum.StrEnum):
@@ -16,7 +22,7 @@ class Format(enum.StrEnum):
     json = "json"
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 def summary(
     file: Annotated[
         Path, typer.Argument(help="The trace file given to triton,file= (F, and F.0, F.1, ... beside it).")

@@ -81,6 +81,7 @@ class LevelResult:
     busy_pct: float = 0.0
     send_rate: float = 0.0  # request-rate mode: requests sent per second
     notes: list[str] = field(default_factory=list)
+    spread: float = 0.0  # the reported windows' throughput disagreement (max / min - 1)
 
     def stabilizing_ns(self, percentile: int) -> int:
         return self.latency.stabilizing_ns(percentile) if self.latency is not None else 0
@@ -359,6 +360,8 @@ class Profiler:
 
     def _result(self, value: float, windows: list[Window], stable: bool, interrupted: bool) -> LevelResult:
         recent = [w for w in windows[-STABILITY_WINDOW:]]
+        if not stable and not interrupted:  # the level's best measurement: its steadiest windows
+            recent = steadiest(windows)
         measured = [w for w in recent if w.latency is not None]
         if not measured:
             empty = ClientWindow(0, [], max(1, self.settings.batch_size))
@@ -376,7 +379,29 @@ class Profiler:
             interrupted=interrupted,
             busy_pct=max(w.busy_pct for w in measured),
             send_rate=sum(w.sent for w in measured) / seconds if seconds else 0.0,
+            spread=spread([w.infer_per_sec for w in measured]),
         )
+
+
+def spread(infer_per_sec: list[float]) -> float:
+    """How far the windows' throughputs disagree: max / min - 1 (0.10 is perf_analyzer's default limit)."""
+    low = min(infer_per_sec, default=0.0)
+    return max(infer_per_sec) / low - 1 if low > 0 else float("inf")
+
+
+def steadiest(windows: list[Window]) -> list[Window]:
+    """Of a level that never became stable, the STABILITY_WINDOW consecutive windows whose throughputs
+    agree best (the later on a tie), all with completed requests; the last ones when none qualify."""
+    best: list[Window] = windows[-STABILITY_WINDOW:]
+    best_spread = float("inf")
+    for start in range(len(windows) - STABILITY_WINDOW + 1):
+        run = windows[start : start + STABILITY_WINDOW]
+        if any(w.latency is None for w in run):
+            continue
+        value = spread([w.infer_per_sec for w in run])
+        if value <= best_spread:
+            best, best_spread = run, value
+    return best
 
 
 def default_processes(mode: str, value: float, protocol: str) -> int:

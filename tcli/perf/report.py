@@ -177,9 +177,10 @@ def summary_lines(results: Sequence[LevelResult], context: ReportContext) -> lis
             if context.concurrency
             else f"Request Rate: {cpp_double(result.value)}"
         )
+        unstable = " (not stable)" if not result.stable and not result.interrupted else ""
         lines.append(
             f"{label}, throughput: {cpp_double(result.client.infer_per_sec)} infer/sec, latency "
-            f"{result.stabilizing_ns(percentile) // 1000} usec"
+            f"{result.stabilizing_ns(percentile) // 1000} usec{unstable}"
         )
     return lines
 

@@ -45,10 +45,13 @@ def run(
     plot: Path | None,
     output_format: str,
     verbose: bool,
+    strict: bool = False,
 ) -> bool:
-    """Measure each of `load_levels` until one is unstable, over the latency threshold or the last, and
-    report. True when Ctrl-C stopped it (what was measured is reported); raises CliError with
-    perf_analyzer's exit code when a level did not stabilise."""
+    """Measure each of `load_levels` until the last, one over the latency threshold, or Ctrl-C, and
+    report. A level that does not stabilise is reported from its steadiest windows with a warning,
+    and the next level follows; with `strict` (perf_analyzer's behaviour) it ends the run, raising
+    CliError with perf_analyzer's exit code. True when Ctrl-C stopped it (what was measured is
+    reported)."""
     text = output_format == "text"
     if text:
         for line in settings_lines(context):
@@ -79,12 +82,19 @@ def run(
                     what = f"concurrency {int(value)}" if context.concurrency else f"request rate {value:g}"
                     if result.latency is None:
                         failure = "No valid requests recorded within time interval. Please use a larger time window."
-                    else:
+                        break
+                    if strict:  # perf_analyzer's way: the run ends at the first unstable level
                         failure = (
                             f"Failed to obtain stable measurement within {settings.max_trials} measurement "
                             f"windows for {what}. Please try to increase the --measurement-interval."
                         )
-                    break
+                        break
+                    over = settings.latency_threshold_ms and (
+                        result.stabilizing_ns(settings.percentile)
+                        >= settings.latency_threshold_ms * 1_000_000
+                    )
+                    if not over:  # a level cut short by the latency threshold is said so below
+                        _err(unstable_warning(what, result, settings))
                 if settings.latency_threshold_ms and (
                     result.stabilizing_ns(settings.percentile) >= settings.latency_threshold_ms * 1_000_000
                 ):
@@ -120,6 +130,16 @@ def run(
     if failure is not None:
         raise CliError(failure, STABILITY_EXIT)
     return False
+
+
+def unstable_warning(what: str, result: LevelResult, settings: Settings) -> str:
+    limit = settings.stability * 100
+    return (
+        f"Warning: {what} did not become stable within {settings.max_trials} measurement windows "
+        f"(throughput within {limit:g}%); reported from its steadiest {min(len(result.windows), 3)} "
+        f"windows, which differ by {result.spread * 100:.0f}%. A longer --measurement-interval or a "
+        "quieter machine helps; --strict-stability stops at such a level, as perf_analyzer does."
+    )
 
 
 def _finish(

@@ -31,6 +31,7 @@ from array import array
 from multiprocessing.connection import Connection
 from typing import Any
 
+from tcli.errors import describe
 from tcli.perf.grpc_messages import grpc_error, grpc_sequence_parameters
 from tcli.perf.h2_client import H2Connection, grpc_header_block
 from tcli.perf.http1_client import HttpConnection, http_error
@@ -380,7 +381,7 @@ class Worker:
         except (TimeoutError, OSError) as exc:
             self._error(_connection_error(exc, spec))
         except Exception as exc:  # a worker must report, never die silently
-            self._error(f"{type(exc).__name__}: {exc}")
+            self._error(describe(exc))
         finally:
             if connection is not None and connection.transport is not None:
                 connection.transport.close()
@@ -443,7 +444,7 @@ class Worker:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self._error(f"{type(exc).__name__}: {exc}")
+            self._error(describe(exc))
         finally:
             if lock is not None:
                 lock.release()

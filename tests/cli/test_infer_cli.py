@@ -83,7 +83,7 @@ def expected_classifier_lines(image: str, count: int) -> list[str]:
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("infer_repo")
-    for name in ("simple", "digits_onnx", "densenet_onnx"):
+    for name in ("simple", "digits_onnx", "densenet_onnx", "repeat_int32"):
         shutil.copytree(MODELS / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
     write_classifier(repo)
     return repo
@@ -446,3 +446,31 @@ def test_generic_errors_are_one_line(server: Server, tmp_path: Path) -> None:
         ),
         "not found",
     )
+
+
+def test_streaming_prints_every_response_of_a_decoupled_model(server: Server, tmp_path: Path) -> None:
+    args = (
+        "-m",
+        "repeat_int32",
+        "--streaming",
+        "--input",
+        "IN=7,8,9",
+        "--input",
+        "DELAY=0,0,0",
+        "--input",
+        "WAIT=0",
+    )
+    code, out, err = infer(server, *args, protocol="grpc")
+    assert code == 0, err
+    titles = re.findall(r"repeat_int32 version 1, response (\d)/3", out)
+    assert titles == ["1", "2", "3"]
+    assert re.findall(r"│ OUT +│ INT32 +│ \[1\] +│ \[(\d)\] +│", out) == ["7", "8", "9"]
+
+    code, out, err = infer(server, *args, "--format", "json", protocol="grpc")
+    assert code == 0, err
+    answers = json.loads(out)
+    assert [answer["outputs"][0]["data"] for answer in answers] == [[7], [8], [9]]
+
+    code, out, err = infer(server, *args, "--output-dir", str(tmp_path), protocol="grpc")
+    assert code == 0, err
+    assert [int(np.load(tmp_path / f"OUT.{n}.npy")[0]) for n in (1, 2, 3)] == [7, 8, 9]

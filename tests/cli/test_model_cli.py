@@ -83,3 +83,16 @@ def test_errors_are_one_line(server: Server, tmp_path: Path) -> None:
     assert code == 1 and "not found" in err
     done = run_tcli("model", "list", "-u", "localhost:1")
     assert done.returncode == 1 and "cannot reach" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_load_outside_explicit_mode_names_the_mode_and_the_fix(tmp_path: Path) -> None:
+    """Triton's words say 'polling' whatever the mode; tcli keeps them and adds the mode and the fix."""
+    shutil.copytree(ROOT / "model_repository" / "simple", tmp_path / "simple")
+    settings = ServerSettings([tmp_path], ControlMode.NONE, http_port=0, metrics_port=0, allow_grpc=False)
+    with Server(settings) as running:
+        done = run_tcli("model", "load", "simple", "-u", f"localhost:{running.http_port}")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "error: explicit model load / unload is not allowed if polling is enabled (this server runs with "
+        "--model-control-mode none; start it with --model-control-mode explicit to load and unload models)"
+    )

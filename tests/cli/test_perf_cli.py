@@ -32,11 +32,38 @@ PA_HEADER = (
 )
 
 
+# A model that never lets a level become stable: 2 ms per request for 0.4 s, then 20 ms for 0.4 s, and
+# so on; any three 200 ms windows in a row span both phases, so their throughputs differ several-fold.
+SWINGING_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU } ]
+"""
+SWINGING_MODEL = """
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(0.002 if int(time.monotonic() / 0.4) % 2 else 0.02)
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
+            for r in requests
+        ]
+"""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     repo = tmp_path_factory.mktemp("repo")
     for name in ("simple", "add_sub", "simple_sequence"):
         shutil.copytree(ROOT / "model_repository" / name, repo / name)
+    (repo / "swinging" / "1").mkdir(parents=True)
+    (repo / "swinging" / "config.pbtxt").write_text(SWINGING_CONFIG)
+    (repo / "swinging" / "1" / "model.py").write_text(SWINGING_MODEL)
     settings = ServerSettings([repo], ControlMode.NONE, http_port=0, grpc_port=0, allow_metrics=False)
     with Server(settings) as running:
         yield running
@@ -295,3 +322,38 @@ def test_same_lines_as_real_perf_analyzer(
     assert _shape_of(ours.stdout) == _shape_of(theirs.stdout)
     pa_header = (tmp_path / "pa.csv").read_text().splitlines()[0]
     assert (tmp_path / "tcli.csv").read_text().splitlines()[0] == pa_header
+
+
+UNSTABLE = ["-m", "swinging", "-p", "200", "-s", "10", "-r", "4", "--concurrency-range", "1:2"]
+
+
+def test_a_level_that_never_stabilises_is_reported_with_a_warning_and_the_next_follows(
+    server: Server, tmp_path: Path
+) -> None:
+    done = perf(server, *UNSTABLE, "-f", str(tmp_path / "levels.csv"))
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("Warning: ")]
+    assert [re.sub(r"differ by \d+%", "differ by N%", line) for line in warnings] == [
+        f"Warning: concurrency {level} did not become stable within 4 measurement windows (throughput "
+        "within 10%); reported from its steadiest 3 windows, which differ by N%. A longer "
+        "--measurement-interval or a quieter machine helps; --strict-stability stops at such a level, as "
+        "perf_analyzer does."
+        for level in (1, 2)
+    ]
+    summary = done.stdout.split("Inferences/Second vs. Client Average Batch Latency\n")[1].splitlines()
+    assert [
+        re.sub(r"throughput: \S+ infer/sec, latency \d+", "throughput: N infer/sec, latency N", line)
+        for line in summary
+    ] == [f"Concurrency: {level}, throughput: N infer/sec, latency N usec (not stable)" for level in (1, 2)]
+    with open(tmp_path / "levels.csv", newline="") as handle:
+        assert sorted(int(row["Concurrency"]) for row in csv.DictReader(handle)) == [1, 2]
+
+
+def test_strict_stability_stops_at_the_first_unstable_level_as_perf_analyzer_does(server: Server) -> None:
+    done = perf(server, *UNSTABLE, "--strict-stability")
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        "error: Failed to obtain stable measurement within 4 measurement windows for concurrency 1. "
+        "Please try to increase the --measurement-interval."
+    )
+    assert "Concurrency: 2" not in done.stdout

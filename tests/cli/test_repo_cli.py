@@ -65,6 +65,26 @@ def test_missing_repository_is_one_line_without_traceback(tmp_path: Path, tcli) 
     assert "Traceback" not in result.stdout + result.stderr
 
 
+def test_index_of_a_missing_repository_is_one_line_without_a_class_name(tmp_path: Path, tcli) -> None:  # type: ignore[no-untyped-def]
+    result = tcli("repo", "index", str(tmp_path / "nope"))
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"error: model repository '{tmp_path / 'nope'}' is not a directory: pass the folder that holds the "
+        "model folders\n"
+    )
+
+
+def test_unexpected_failures_are_described_without_class_names() -> None:
+    from tcli.errors import describe
+
+    assert (
+        describe(FileNotFoundError(2, "No such file or directory", "x.npy"))
+        == "x.npy: No such file or directory"
+    )
+    assert describe(ValueError("bad value")) == "bad value"
+    assert "a bug in tcli" in describe(RuntimeError())
+
+
 def test_scaffold_onnx_creates_a_valid_model(tmp_path: Path, tcli) -> None:  # type: ignore[no-untyped-def]
     model = write_onnx_add_sub(tmp_path / "addsub.onnx")
     repo = tmp_path / "repo"
@@ -72,6 +92,10 @@ def test_scaffold_onnx_creates_a_valid_model(tmp_path: Path, tcli) -> None:  # t
         "repo", "scaffold", str(model), "--repo", str(repo), "--max-batch-size", "8", "--instance-count", "2"
     )
     assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"created {repo / 'addsub' / 'config.pbtxt'} and {repo / 'addsub' / '1'}/",
+        "validated addsub: valid; 0 errors, 0 warnings",
+    ]
     config = (repo / "addsub" / "config.pbtxt").read_text()
     assert 'platform: "onnxruntime_onnx"' in config
     assert "max_batch_size: 8" in config
@@ -98,6 +122,18 @@ def test_scaffold_torchscript_needs_tensor_specs(tmp_path: Path, tcli) -> None: 
     repo = tmp_path / "repo"
     missing = tcli("repo", "scaffold", str(model), "--repo", str(repo), "--name", "digits")
     assert missing.returncode == 1 and "--input INPUT__0:FP32" in missing.stderr
+    two = (
+        "--input",
+        "INPUT__0:FP32:1,8,8",
+        "--input",
+        "INPUT__1:FP32:1,8,8",
+        "--output",
+        "OUTPUT__0:FP32:10",
+    )
+    wrong = tcli("repo", "scaffold", str(model), "--repo", str(repo), "--name", "two", *two)
+    assert wrong.returncode == 1  # written, then its validation reported, failing the command
+    assert wrong.stdout.splitlines()[-1] == "validated two: invalid; 1 errors, 0 warnings"
+    assert "configuration expects 2 inputs, model provides 1" in wrong.stderr
     bad = tcli(
         "repo",
         "scaffold",

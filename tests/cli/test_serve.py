@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -161,3 +162,98 @@ def test_connection_limit_flags_are_checked(flag: str, message: str) -> None:
     assert done.returncode == 1
     assert message in done.stderr
     assert "Traceback" not in done.stderr
+
+
+MARKING_MODEL = """
+import pathlib
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        pathlib.Path(args["model_repository"], "..", "loaded").touch()  # the test sees a load happened
+
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
+            for r in requests
+        ]
+"""
+
+
+def test_ports_in_use_are_named_before_any_model_loads(tmp_path: Path) -> None:
+    (tmp_path / "marking" / "1").mkdir(parents=True)
+    (tmp_path / "marking" / "config.pbtxt").write_text(SLOW_CONFIG)
+    (tmp_path / "marking" / "1" / "model.py").write_text(MARKING_MODEL)
+    holders = []
+    for _ in range(2):
+        holder = socket.socket()
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        holders.append(holder)
+    http_port, grpc_port = (holder.getsockname()[1] for holder in holders)
+    tcli = Path(sys.executable).parent / "tcli"
+    try:
+        result = subprocess.run(
+            [
+                str(tcli),
+                "serve",
+                str(tmp_path),
+                "--http-port",
+                str(http_port),
+                "--grpc-port",
+                str(grpc_port),
+                "--metrics-port",
+                "0",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 1
+        assert result.stderr.strip() == (
+            f"error: --http-port {http_port} and --grpc-port {grpc_port} are in use (another server "
+            "listens there): stop that server, or pick other ports (--http-port 0 --grpc-port 0 takes free ones)"
+        )
+        assert not (tmp_path / "loaded").exists()  # failed before loading any model
+
+        # the hint works: the same command with the ports it names
+        hint = re.search(r"\((--.*) takes free ones\)", result.stderr)
+        assert hint is not None
+        served = subprocess.Popen(
+            [str(tcli), "serve", str(tmp_path), *hint.group(1).split(), "--metrics-port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            assert served.stdout is not None
+            lines = []
+            for line in served.stdout:  # ends when the server exits; it stops at its start-up line
+                lines.append(line)
+                if "Started HTTP" in line:
+                    break
+            assert any("Started HTTP" in line for line in lines), "".join(lines)
+            assert (tmp_path / "loaded").exists()
+        finally:
+            os.killpg(served.pid, signal.SIGTERM)
+            served.wait(60)
+    finally:
+        for holder in holders:
+            holder.close()
+
+
+def test_two_front_ends_on_one_port_are_refused(tmp_path: Path) -> None:
+    tcli = Path(sys.executable).parent / "tcli"
+    result = subprocess.run(
+        [str(tcli), "serve", str(tmp_path), "--http-port", "18123", "--metrics-port", "18123"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert (
+        result.stderr.strip()
+        == "error: --http-port and --metrics-port are both 18123: give each front end its own port"
+    )

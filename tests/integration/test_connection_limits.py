@@ -214,7 +214,7 @@ def test_a_content_length_over_the_limit_is_refused_before_the_body(served: Serv
         answer = read_all(sock)
     assert answer.startswith(b"HTTP/1.1 400 "), answer
     assert (
-        b"Request JSON size of 10000000 bytes exceeds the maximum allowed value of 4096 bytes. "
+        b"request JSON size of 10000000 bytes exceeds the maximum allowed input size of 4096 bytes. "
         b"Use --http-max-input-size to increase the limit." in answer
     )
     assert b"connection: close" in answer.lower()
@@ -243,7 +243,7 @@ def test_a_chunked_body_is_stopped_when_it_passes_the_limit(served: ServeProcess
                 break
         answer += read_all(sock)
     assert answer.startswith(b"HTTP/1.1 400 "), answer
-    assert b"exceeds the maximum allowed value of 4096 bytes" in answer
+    assert b"exceeds the maximum allowed input size of 4096 bytes" in answer
 
 
 def test_a_gzip_body_never_inflates_beyond_the_limit(served: ServeProcess) -> None:
@@ -258,4 +258,4 @@ def test_a_gzip_body_never_inflates_beyond_the_limit(served: ServeProcess) -> No
         sock.settimeout(30)
         answer = sock.recv(65536)
     assert answer.startswith(b"HTTP/1.1 400 "), answer
-    assert b"exceeds the maximum allowed value of 4096 bytes" in answer
+    assert b"exceeds the maximum allowed input size of 4096 bytes" in answer

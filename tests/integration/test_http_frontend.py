@@ -577,12 +577,13 @@ def test_oversized_bodies_are_refused(raw_small: httpx.Client) -> None:
     response = _json_infer(raw_small, big)
     assert (response.status_code, error_body(response)) == (
         400,
-        f"Request JSON size of {len(big)} bytes exceeds the maximum allowed value of 65536 bytes. Use "
+        f"request JSON size of {len(big)} bytes exceeds the maximum allowed input size of 65536 bytes. Use "
         "--http-max-input-size to increase the limit.",
     )
     response = _json_infer(raw_small, gzip.compress(big), headers={"Content-Encoding": "gzip"})
-    assert response.status_code == 400 and "exceeds the maximum allowed value of 65536 bytes" in error_body(
-        response
+    assert (
+        response.status_code == 400
+        and "exceeds the maximum allowed input size of 65536 bytes" in error_body(response)
     )
     response = _json_infer(raw_small, _simple_json())
     assert response.status_code == 200
@@ -599,8 +600,9 @@ def test_chunked_request_bodies(raw: httpx.Client, raw_small: httpx.Client) -> N
     assert response.status_code == 200 and response.json()["outputs"][0]["data"] == list(range(1, 17))
     big = json.dumps({**_simple_json(), "id": "x" * 70_000}).encode()
     response = raw_small.post("/v2/models/simple/infer", content=pieces(big, 8192))
-    assert response.status_code == 400 and "exceeds the maximum allowed value of 65536 bytes" in error_body(
-        response
+    assert (
+        response.status_code == 400
+        and "exceeds the maximum allowed input size of 65536 bytes" in error_body(response)
     )
 
 
@@ -626,7 +628,8 @@ def test_model_control_refused_outside_explicit_mode(raw_small: httpx.Client) ->
     response = raw_small.post("/v2/repository/models/simple/unload")
     assert (response.status_code, error_body(response)) == (
         503,
-        "explicit model load / unload is not allowed if polling is enabled",
+        "explicit model load / unload is not allowed if polling is enabled (this server runs with "
+        "--model-control-mode none; start it with --model-control-mode explicit to load and unload models)",
     )
 
 
@@ -884,6 +887,10 @@ def _comparable(response: httpx.Response) -> Any:
     prefix = "failed to parse the request JSON buffer:"
     if isinstance(document, dict) and str(document.get("error", "")).startswith(prefix):
         document = {"error": prefix}
+    # DIFFERENCE (README, model commands): tcli keeps Triton's words and adds the server's mode and the fix
+    polling = "explicit model load / unload is not allowed if polling is enabled"
+    if isinstance(document, dict) and str(document.get("error", "")).startswith(polling):
+        document = {"error": polling}
     return document, tail
 
 
@@ -962,3 +969,78 @@ def test_a_client_leaving_before_its_answer_loses_nothing_for_the_others(small_s
             status, headers, answer = _read_response(stream)
             assert status == 200 and "connection" not in headers
             assert json.loads(answer)["outputs"][0]["data"] == list(range(1, 17))
+
+
+# ------------------------------------------------------------------ Triton's qa/L0_http, as at HEAD
+def test_a_chunked_body_with_a_content_length_is_read_as_chunked(http_server: RunningServer) -> None:
+    """qa/L0_http test_content_encoding_chunked_manually: requests sends a Content-Length beside the
+    caller's own Transfer-Encoding. Triton serves it; so does tcli, reading the body as chunked and
+    closing the connection after the answer (nothing may follow such a body on the connection)."""
+    body = json.dumps(_simple_json()).encode()
+    chunked = f"{len(body):X}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+    head = (
+        "POST /v2/models/simple/infer HTTP/1.1\r\nHost: tcli\r\nTransfer-Encoding: chunked\r\n"
+        f"Content-Length: {len(chunked)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", http_server.port), timeout=30) as sock:
+        sock.sendall(head + chunked)
+        answer = b""
+        while chunk := sock.recv(65536):  # the server closes the connection after its answer
+            answer += chunk
+    status, _, rest = answer.partition(b"\r\n")
+    assert status == b"HTTP/1.1 200 OK", answer[:200]
+    headers, _, payload = rest.partition(b"\r\n\r\n")
+    assert b"connection: close" in headers.lower()
+    assert json.loads(payload)["outputs"][0]["data"] == list(range(1, 17))
+
+
+def test_an_output_named_twice_gets_current_tritons_text(raw: httpx.Client) -> None:
+    body = {**_simple_json(), "outputs": [{"name": "OUTPUT0"}, {"name": "OUTPUT0"}]}
+    response = _json_infer(raw, body)
+    assert (response.status_code, error_body(response)) == (
+        400,
+        "[request id: <id_unknown>] output 'OUTPUT0' already exists in request",
+    )
+
+
+def test_a_deeply_nested_ready_is_not_a_boolean(raw: httpx.Client) -> None:
+    """qa/L0_http test_repository_index_deeply_nested_json: 250,000 levels, read as Triton reads them."""
+    depth = 250_000
+    payload = '{"ready":' + "[" * depth + "true" + "]" * depth + "}"
+    response = raw.post("/v2/repository/index", content=payload)
+    assert (response.status_code, error_body(response)) == (
+        400,
+        "Invalid value for 'ready': expected a boolean",
+    )
+    broken = '{"ready":' + "[" * depth + "true" + "]" * (depth - 1) + "}"
+    response = raw.post("/v2/repository/index", content=broken)
+    assert response.status_code == 400
+    assert error_body(response).startswith("failed to parse the request JSON buffer: ")
+    assert raw.get("/v2/health/live").status_code == 200
+
+
+def test_an_oversized_load_request_names_the_request_json_size(raw_small: httpx.Client) -> None:
+    """qa/L0_http test_loading_large_invalid_model looks for current Triton's lower-case words."""
+    body = json.dumps({"parameters": {"config": "{}", "file:1/model.onnx": "A" * 70_000}}).encode()
+    response = raw_small.post("/v2/repository/models/simple/load", content=body)
+    assert (response.status_code, error_body(response)) == (
+        400,
+        f"request JSON size of {len(body)} bytes exceeds the maximum allowed input size of 65536 bytes. "
+        "Use --http-max-input-size to increase the limit.",
+    )
+
+
+def test_an_oversized_load_request_is_refused_from_its_head(small_server: RunningServer) -> None:
+    """Its body (2 GiB of base64 in the qa) is never waited for: the declared size decides."""
+    with socket.create_connection(("127.0.0.1", small_server.port), timeout=30) as sock:
+        sock.sendall(
+            b"POST /v2/repository/models/simple/load HTTP/1.1\r\nHost: tcli\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 2863311532\r\n\r\n"
+        )
+        answer = sock.recv(65536)
+    status, _, rest = answer.partition(b"\r\n")
+    assert status == b"HTTP/1.1 400 Bad Request", answer
+    assert json.loads(rest.partition(b"\r\n\r\n")[2]) == {
+        "error": "request JSON size of 2863311532 bytes exceeds the maximum allowed input size of 65536 bytes. "
+        "Use --http-max-input-size to increase the limit."
+    }

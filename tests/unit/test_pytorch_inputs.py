@@ -4,9 +4,12 @@ torch gives that warning once per process, so an earlier test could hide it."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,6 +39,10 @@ print("ok")
 """
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="the TorchScript model needs torch (pip install 'tcli[torch]')",
+)
 def test_read_only_inputs_give_no_warning() -> None:
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False

@@ -1,0 +1,67 @@
+"""Ports checked before any model loads: a server whose port is taken fails at once, naming the port
+and its flag, instead of loading every model first and then failing to listen."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import socket
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Listener:
+    flag: str  # the command-line flag that sets the port, e.g. "--http-port"
+    address: str
+    port: int
+    reuse_port: bool = False
+
+
+def port_in_use(listener: Listener) -> bool:
+    """Whether binding the listener's address and port fails with EADDRINUSE, bound as the front ends
+    bind (SO_REUSEADDR, and SO_REUSEPORT with --reuse-*-port), then released at once."""
+    if listener.port == 0:
+        return False
+    family = socket.AF_INET6 if ":" in listener.address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if listener.reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if family == socket.AF_INET6:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        try:
+            sock.bind((listener.address, listener.port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            raise  # another reason (an address not on this machine, a privileged port): the caller says it
+    return False
+
+
+def port_problem(listeners: list[Listener]) -> str | None:
+    """One line naming each port that cannot be listened on, with its flag and the fix; None when every
+    port is free. Two flags given the same port count as a problem too."""
+    by_port: dict[int, list[str]] = {}
+    for listener in listeners:
+        if listener.port:
+            by_port.setdefault(listener.port, []).append(listener.flag)
+    for port, flags in by_port.items():
+        if len(flags) > 1:
+            return f"{' and '.join(flags)} are both {port}: give each front end its own port"
+    taken = []
+    for listener in listeners:
+        try:
+            if port_in_use(listener):
+                taken.append(listener)
+        except OSError as exc:
+            return f"{listener.flag} {listener.port} on {listener.address}: cannot listen there ({exc.strerror or exc})"
+    if not taken:
+        return None
+    named = [f"{listener.flag} {listener.port}" for listener in taken]
+    what = named[0] + " is" if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1] + " are"
+    fix = " ".join(f"{listener.flag} 0" for listener in taken)
+    return (
+        f"{what} in use (another server listens there): stop that server, or pick other ports "
+        f"({fix} takes free ones)"
+    )
