@@ -26,8 +26,9 @@ from tcli.inprocess._errors import (
     UnknownError,
     UnsupportedError,
 )
+from tcli.inprocess._memorybuffer import MemoryBuffer
 from tcli.inprocess._model import Model
-from tcli.inprocess._options import Options
+from tcli.inprocess._options import ModelLoadDeviceLimit, Options, RateLimiterResource
 from tcli.inprocess._request import InferenceRequest
 from tcli.inprocess._response import AsyncResponseIterator, InferenceResponse, ResponseIterator
 from tcli.inprocess._server import ModelDictionary, Server
@@ -35,10 +36,14 @@ from tcli.inprocess._tensor import Tensor
 from tcli.inprocess._types import (
     DataType,
     DLDeviceType,
+    InstanceGroupKind,
+    LogFormat,
     MemoryType,
+    MetricFormat,
     ModelBatchFlag,
     ModelControlMode,
     ModelTxnPropertyFlag,
+    RateLimitMode,
     RequestFlag,
 )
 
@@ -50,16 +55,23 @@ __all__ = [
     "DataType",
     "InferenceRequest",
     "InferenceResponse",
+    "InstanceGroupKind",
     "InternalError",
     "InvalidArgumentError",
+    "LogFormat",
+    "MemoryBuffer",
     "MemoryType",
+    "MetricFormat",
     "Model",
     "ModelBatchFlag",
     "ModelControlMode",
     "ModelDictionary",
+    "ModelLoadDeviceLimit",
     "ModelTxnPropertyFlag",
     "NotFoundError",
     "Options",
+    "RateLimitMode",
+    "RateLimiterResource",
     "RequestFlag",
     "ResponseIterator",
     "Server",

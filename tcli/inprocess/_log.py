@@ -1,0 +1,65 @@
+"""The in-process server's log, as `tritonserver`'s log options shape it: tcli's log lines (the "tcli"
+logger and those below it) in Triton's format, the severities the options switch on, to `log_file` or
+standard error. `tritonserver`'s defaults log nothing; its log is its own, apart from the program's:
+while a server's log is installed, tcli's lines go there only, not on to the program's own logging
+(whose handlers would write them a second time). The severities are read live from the service's
+settings, so a change through the logging API (POST /v2/logging on a front end) acts at once.
+
+One log per process, as Triton's: the server started last writes it; stopping a server whose log
+was replaced leaves the newer one alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from server.logs import LogSettings, SeverityFilter, TritonFormatter, apply_verbosity
+from tcli.inprocess._errors import InternalError
+
+_LOGGER = logging.getLogger("tcli")
+
+
+class InstalledLog:
+    def __init__(self, settings: LogSettings) -> None:
+        try:
+            self.handler: logging.Handler = (
+                logging.FileHandler(settings.log_file, encoding="utf-8")
+                if settings.log_file
+                else logging.StreamHandler(sys.stderr)
+            )
+        except OSError as error:  # tritonserver: Internal, when its log file cannot be opened
+            raise InternalError(
+                f"failed to open log file {settings.log_file}: {error.strerror or error}; give a writable path"
+            ) from None
+        self.handler.setFormatter(TritonFormatter(settings))
+        self.handler.addFilter(SeverityFilter(settings))
+        _LOGGER.addHandler(self.handler)
+        _LOGGER.propagate = False
+        apply_verbosity(settings)
+
+    def remove(self) -> None:
+        if self.handler not in _LOGGER.handlers:
+            return
+        _LOGGER.removeHandler(self.handler)
+        self.handler.close()
+        global _saved
+        if _saved is not None:  # the program's own logging, as it was before the first server's log
+            _LOGGER.propagate, level = _saved
+            _LOGGER.setLevel(level)
+            _saved = None
+
+
+_saved: tuple[bool, int] | None = None  # the "tcli" logger's propagate and level while a log is installed
+
+
+def install(settings: LogSettings) -> InstalledLog:
+    """Write tcli's log as `settings` say until the returned log is removed (the server stops); a log
+    installed before is replaced."""
+    global _saved
+    for old in [h for h in _LOGGER.handlers if isinstance(h.formatter, TritonFormatter)]:
+        _LOGGER.removeHandler(old)
+        old.close()
+    if _saved is None:
+        _saved = (_LOGGER.propagate, _LOGGER.level)
+    return InstalledLog(settings)
