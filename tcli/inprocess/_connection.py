@@ -23,7 +23,7 @@ T = TypeVar("T")
 
 
 class Stoppable(Protocol):
-    def stop(self) -> None: ...
+    def end(self) -> None: ...
 
 
 class Connection:
@@ -119,4 +119,4 @@ class Connection:
 
     def stop_frontends(self) -> None:
         for frontend in list(self.frontends):
-            frontend.stop()
+            frontend.end()
