@@ -10,7 +10,8 @@ its import:
             print(numpy.from_dlpack(response.outputs["OUTPUT0"]))
 
 Named `inprocess` after what Triton calls this API; `tcli.tritonserver` is already the `tritonserver`
-command. Requests go through the core service, the schedulers and the instances exactly as requests
+command. Triton's `tritonfrontend` (HTTP, gRPC and metrics front ends on an in-process server) is
+`tcli.frontend`. Requests go through the core service, the schedulers and the instances exactly as requests
 over HTTP and gRPC do; errors are raised as `tritonserver`'s exception classes, one per Triton status
 code. Everything not exported here is private.
 """
