@@ -221,3 +221,31 @@ def test_the_composed_server_on_a_taken_port_names_the_flag_and_cleans_up(
     )
     assert set(psutil.Process().children(recursive=True)) <= children
     assert _segments() <= segments
+
+
+class _TakenAfterTheCheck(AppServer):
+    """A port taken between the check before loading and the bind (another program was quicker)."""
+
+    checked = False
+
+    def check_ports(self) -> None:
+        if not self.checked:
+            self.checked = True
+            return
+        super().check_ports()
+
+
+def test_a_port_taken_after_the_models_loaded_still_stops_cleanly(repository: Path, taken_port: int) -> None:
+    children, segments = set(psutil.Process().children(recursive=True)), _segments()
+    settings = ServerSettings(
+        [repository], host="127.0.0.1", http_port=0, grpc_port=0, metrics_port=taken_port
+    )
+    server = _TakenAfterTheCheck(settings)
+    with pytest.raises(PortInUseError, match=f"--metrics-port {taken_port}"):
+        server.start()
+    assert server.http_port is not None  # HTTP had bound before the metrics port failed ...
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", server.http_port)) != 0  # ... and listens no more
+    assert set(psutil.Process().children(recursive=True)) <= children  # the loaded model's process ended
+    assert _segments() <= segments
+    assert server.loop is None
