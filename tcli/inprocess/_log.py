@@ -5,8 +5,9 @@ while a server's log is installed, tcli's lines go there only, not on to the pro
 (whose handlers would write them a second time). The severities are read live from the service's
 settings, so a change through the logging API (POST /v2/logging on a front end) acts at once.
 
-One log per process, as Triton's: the server started last writes it; stopping a server whose log
-was replaced leaves the newer one alone.
+One log per process, as Triton's: the server started last writes it. When it stops, the log of the
+server started before it, if that one still runs, writes again; when none runs, the program's own
+logging has tcli's lines again.
 """
 
 from __future__ import annotations
@@ -32,34 +33,45 @@ class InstalledLog:
             raise InternalError(
                 f"failed to open log file {settings.log_file}: {error.strerror or error}; give a writable path"
             ) from None
+        self.settings = settings
         self.handler.setFormatter(TritonFormatter(settings))
         self.handler.addFilter(SeverityFilter(settings))
-        _LOGGER.addHandler(self.handler)
-        _LOGGER.propagate = False
-        apply_verbosity(settings)
 
     def remove(self) -> None:
-        if self.handler not in _LOGGER.handlers:
+        """The server stopped: its log goes (the one before it, if still installed, writes again)."""
+        if self not in _installed:
+            return
+        current = _installed[-1] is self
+        _installed.remove(self)
+        self.handler.close()
+        if not current:
             return
         _LOGGER.removeHandler(self.handler)
-        self.handler.close()
-        global _saved
-        if _saved is not None:  # the program's own logging, as it was before the first server's log
+        if _installed:
+            _use(_installed[-1])
+        elif _saved is not None:  # the program's own logging, as it was before the first server's log
             _LOGGER.propagate, level = _saved
             _LOGGER.setLevel(level)
-            _saved = None
 
 
-_saved: tuple[bool, int] | None = None  # the "tcli" logger's propagate and level while a log is installed
+_installed: list[InstalledLog] = []  # oldest first; the last one writes
+_saved: tuple[bool, int] | None = None  # the "tcli" logger's propagate and level before any was installed
+
+
+def _use(log: InstalledLog) -> None:
+    _LOGGER.addHandler(log.handler)
+    _LOGGER.propagate = False
+    apply_verbosity(log.settings)
 
 
 def install(settings: LogSettings) -> InstalledLog:
-    """Write tcli's log as `settings` say until the returned log is removed (the server stops); a log
-    installed before is replaced."""
+    """Write tcli's log as `settings` say until the returned log is removed (its server stops)."""
     global _saved
-    for old in [h for h in _LOGGER.handlers if isinstance(h.formatter, TritonFormatter)]:
-        _LOGGER.removeHandler(old)
-        old.close()
-    if _saved is None:
+    log = InstalledLog(settings)
+    if _installed:
+        _LOGGER.removeHandler(_installed[-1].handler)
+    else:
         _saved = (_LOGGER.propagate, _LOGGER.level)
-    return InstalledLog(settings)
+    _installed.append(log)
+    _use(log)
+    return log

@@ -249,3 +249,26 @@ def test_a_port_taken_after_the_models_loaded_still_stops_cleanly(repository: Pa
     assert set(psutil.Process().children(recursive=True)) <= children  # the loaded model's process ended
     assert _segments() <= segments
     assert server.loop is None
+
+
+def test_the_last_server_started_writes_the_log_until_it_stops(repository: Path, tmp_path: Path) -> None:
+    import logging
+
+    tcli_logger = logging.getLogger("tcli")
+    propagate = tcli_logger.propagate
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    explicit = tritonserver.ModelControlMode.EXPLICIT
+    first = tritonserver.Server(
+        model_repository=str(repository), model_control_mode=explicit, log_info=True, log_file=str(first_log)
+    ).start()
+    second = tritonserver.Server(
+        model_repository=str(repository), model_control_mode=explicit, log_info=True, log_file=str(second_log)
+    ).start()
+    second.load("add_sub")
+    second.stop()
+    assert "successfully loaded 'add_sub'" in second_log.read_text()
+    first.load("add_sub")  # the first server's log writes again
+    first.stop()
+    assert "successfully loaded 'add_sub'" in first_log.read_text()
+    assert second_log.read_text().count("successfully loaded") == 1
+    assert tcli_logger.propagate == propagate  # the program's own logging as it was
