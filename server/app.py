@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from server.backends.locate import DEFAULT_BACKEND_DIRECTORY
+from server.frontends.ports import PortInUseError, bind_failure
 from server.frontends.tls import ServerTls, TlsSettings, load_tls
 from server.logs import LogSettings
 from server.protocol.restricted import Restriction
@@ -190,6 +191,7 @@ class Server:
 
     # in-process use --------------------------------------------------------------------------------
     def start(self) -> Server:
+        self.check_ports()  # a port in use stops start-up before any model loads
         self.load_models()
         ready = threading.Event()
         failure: list[BaseException] = []
@@ -201,6 +203,9 @@ class Server:
                 loop.run_until_complete(self.start_frontends())
             except BaseException as exc:  # reported to the caller of start()
                 failure.append(exc)
+                loop.run_until_complete(self.stop_frontends())  # those that did start stop listening
+                loop.close()
+                self._loop = None
                 ready.set()
                 return
             ready.set()
@@ -209,9 +214,49 @@ class Server:
         self._thread = threading.Thread(target=run_loop, name="tcli-server-loop", daemon=True)
         self._thread.start()
         ready.wait()
-        if failure:
-            raise failure[0]
+        if failure:  # nothing serves: the models are unloaded, their processes and shared memory ended
+            self._thread.join(5)
+            self.manager.shutdown(self.settings.exit_timeout_secs)
+            self.service.tracer.close()
+            raise self._named(failure[0])
         return self
+
+    def check_ports(self) -> None:
+        """Raise PortInUseError for the first front end whose port cannot be listened on now (a port
+        shared on purpose, --reuse-http-port / --reuse-grpc-port, is not asked)."""
+        settings = self.settings
+        for runs, setting, address, port in (
+            (
+                settings.allow_http and not settings.reuse_http_port,
+                "--http-port",
+                settings.host,
+                settings.http_port,
+            ),
+            (
+                settings.allow_grpc and not settings.reuse_grpc_port,
+                "--grpc-port",
+                settings.grpc_address or settings.host,
+                settings.grpc_port,
+            ),
+            (
+                settings.allow_metrics,
+                "--metrics-port",
+                settings.metrics_address or settings.host,
+                settings.metrics_port,
+            ),
+        ):
+            reason = bind_failure(address, port) if runs else None
+            if reason is not None:
+                raise PortInUseError(setting, address, port, reason)
+
+    def _named(self, error: BaseException) -> BaseException:
+        """A front end that could not bind (taken since check_ports), as the error naming it."""
+        if isinstance(error, OSError) and not isinstance(error, PortInUseError):
+            try:
+                self.check_ports()
+            except PortInUseError as named:
+                return named
+        return error
 
     def stop(self) -> None:
         if self._loop is not None:

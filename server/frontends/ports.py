@@ -1,5 +1,9 @@
-"""Ports checked before any model loads: a server whose port is taken fails at once, naming the port
-and its flag, instead of loading every model first and then failing to listen."""
+"""Whether a front end's port can be listened on, checked before any model loads: a server whose port
+is taken fails at once, naming the port, the address and the flag or option that chose it, with the
+fix, instead of loading every model first and then failing to listen. `port_problem` words it for
+`tcli serve` (every taken port in one line); `PortInUseError` is what the in-process server raises,
+also when a front end fails to bind after the check (another program took the port meanwhile).
+"""
 
 from __future__ import annotations
 
@@ -65,3 +69,37 @@ def port_problem(listeners: list[Listener]) -> str | None:
         f"{what} in use (another server listens there): stop that server, or pick other ports "
         f"({fix} takes free ones)"
     )
+
+
+class PortInUseError(OSError):
+    """A front end cannot listen: `setting` is the flag or option that chose `port` on `address`."""
+
+    def __init__(self, setting: str, address: str, port: int, reason: str) -> None:
+        super().__init__(
+            errno.EADDRINUSE,
+            f"cannot listen on {address}:{port} ({setting} {port}): {reason}; "
+            f"give another port with {setting}, or 0 for any free one",
+        )
+        self.setting = setting
+        self.address = address
+        self.port = port
+        self.reason = reason
+
+
+def bind_failure(address: str, port: int) -> str | None:
+    """Why `address:port` cannot be listened on now (None: it can), asked as the front ends bind: with
+    SO_REUSEADDR, so a port left in TIME_WAIT by an earlier server counts as free."""
+    if port == 0:
+        return None
+    try:
+        infos = socket.getaddrinfo(address or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as error:
+        return f"cannot resolve the address: {error.strerror or error}"
+    family, kind, proto, _, where = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(where)
+        except OSError as error:
+            return (error.strerror or str(error)).lower()
+    return None

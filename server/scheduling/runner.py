@@ -555,7 +555,10 @@ class ModelRunner:
                 expected = datatypes.wire_to_numpy(datatype)
                 if array.dtype != expected:
                     array = array.astype(expected)
-            tensors.append(Tensor(name, datatype, tuple(int(d) for d in array.shape), array))
+            # from a list, not a generator: a tuple built from a generator is resized, so its memory comes
+            # from the allocator rather than the tuple free list, to which it then goes: every response
+            # would grow the free list (memory that tracemalloc counts) until it is full
+            tensors.append(Tensor(name, datatype, tuple([int(d) for d in array.shape]), array))
         return InferenceResponse(self.name, self.version, request.id, tensors)
 
 

@@ -10,6 +10,7 @@ bsp_max_export_batch_size."""
 from __future__ import annotations
 
 import importlib.util
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,7 +97,7 @@ def read_trace_flags(
                 values["log_frequency"] = _number(flag, value, False)
         elif mode == "opentelemetry":
             if setting == "url":
-                otel.url = value
+                otel.url = otlp_url(flag, value)
             elif setting == "resource":
                 key, eq2, resource_value = value.partition("=")
                 if not eq2:
@@ -119,6 +120,27 @@ def read_trace_flags(
     if levels:
         values["trace_level"] = _levels(levels)
     return TraceFlags(values, otel)
+
+
+def otlp_url(flag: str, text: str) -> str:
+    """The OTLP/HTTP endpoint a url setting names. Triton's docs and qa write it without a scheme
+    (`localhost:4318/v1/traces`), which its exporter reads as http://; the exporter here needs the
+    scheme, so it is added. A URL the exporter could not post to stops start-up here, not at the
+    first export (where the only sign would be a line in the log)."""
+    url = text if "://" in text else f"http://{text}"
+    fix = "give <host>:<port>/<path>, e.g. localhost:4318/v1/traces (http:// is assumed)"
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise TraceFlagError(
+            f"{flag}: the OTLP exporter posts over HTTP, not '{parts.scheme}://'; use http:// or https://, or {fix}"
+        )
+    if not parts.hostname:
+        raise TraceFlagError(f"{flag}: the URL names no host; {fix}")
+    try:
+        parts.port  # noqa: B018 - urlsplit checks the port only when asked
+    except ValueError:
+        raise TraceFlagError(f"{flag}: the port is not a number from 0 to 65535; {fix}") from None
+    return url
 
 
 def _otel_installed() -> bool:

@@ -10,7 +10,8 @@ its import:
             print(numpy.from_dlpack(response.outputs["OUTPUT0"]))
 
 Named `inprocess` after what Triton calls this API; `tcli.tritonserver` is already the `tritonserver`
-command. Requests go through the core service, the schedulers and the instances exactly as requests
+command. Triton's `tritonfrontend` (HTTP, gRPC and metrics front ends on an in-process server) is
+`tcli.frontend`. Requests go through the core service, the schedulers and the instances exactly as requests
 over HTTP and gRPC do; errors are raised as `tritonserver`'s exception classes, one per Triton status
 code. Everything not exported here is private.
 """
@@ -26,8 +27,9 @@ from tcli.inprocess._errors import (
     UnknownError,
     UnsupportedError,
 )
+from tcli.inprocess._memorybuffer import MemoryBuffer
 from tcli.inprocess._model import Model
-from tcli.inprocess._options import Options
+from tcli.inprocess._options import ModelLoadDeviceLimit, Options, RateLimiterResource
 from tcli.inprocess._request import InferenceRequest
 from tcli.inprocess._response import AsyncResponseIterator, InferenceResponse, ResponseIterator
 from tcli.inprocess._server import ModelDictionary, Server
@@ -35,10 +37,14 @@ from tcli.inprocess._tensor import Tensor
 from tcli.inprocess._types import (
     DataType,
     DLDeviceType,
+    InstanceGroupKind,
+    LogFormat,
     MemoryType,
+    MetricFormat,
     ModelBatchFlag,
     ModelControlMode,
     ModelTxnPropertyFlag,
+    RateLimitMode,
     RequestFlag,
 )
 
@@ -50,16 +56,23 @@ __all__ = [
     "DataType",
     "InferenceRequest",
     "InferenceResponse",
+    "InstanceGroupKind",
     "InternalError",
     "InvalidArgumentError",
+    "LogFormat",
+    "MemoryBuffer",
     "MemoryType",
+    "MetricFormat",
     "Model",
     "ModelBatchFlag",
     "ModelControlMode",
     "ModelDictionary",
+    "ModelLoadDeviceLimit",
     "ModelTxnPropertyFlag",
     "NotFoundError",
     "Options",
+    "RateLimitMode",
+    "RateLimiterResource",
     "RequestFlag",
     "ResponseIterator",
     "Server",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from server.protocol.errors import TritonError as ServerError
 from tcli.inprocess._errors import InvalidArgumentError, UnavailableError, from_server
@@ -17,8 +17,13 @@ if TYPE_CHECKING:
     from server.app import Server as AppServer
     from server.service import InferenceService
     from tcli.inprocess._flight import Flight
+    from tcli.inprocess._log import InstalledLog
 
 T = TypeVar("T")
+
+
+class Stoppable(Protocol):
+    def end(self) -> None: ...
 
 
 class Connection:
@@ -26,15 +31,21 @@ class Connection:
         self.app: AppServer | None = None  # set while the server runs
         self._loop_thread = 0
         self._flights: set[Flight] = set()
+        self.frontends: list[Stoppable] = []
+        self.log: InstalledLog | None = None
         self._lock = threading.Lock()
 
-    def attach(self, app: AppServer) -> None:
+    def attach(self, app: AppServer, log: InstalledLog) -> None:
         self.app = app
+        self.log = log
         self._loop_thread = self.on_loop(threading.get_ident)
 
     def detach(self) -> None:
         self.app = None
         self._loop_thread = 0
+        if self.log is not None:
+            self.log.remove()
+            self.log = None
 
     def started(self) -> AppServer:
         if self.app is None:
@@ -83,10 +94,29 @@ class Connection:
     def _forget(self, flight: Flight) -> None:
         with self._lock:
             self._flights.discard(flight)
+        # the future's callbacks hold the flight, which holds the future: let go of it, or each request
+        # (its tensors, its task) waits for the cycle collector instead of going when its last response is
+        # read (Triton's leak check counts what waits)
+        flight.future = None
 
-    def end_flights(self, error: ServerError) -> None:
-        """End every request still in flight with `error` (the server is stopping)."""
+    def end_flights(self, error: ServerError) -> bool:
+        """End every request still in flight with `error` (the server is stopping); True if any was."""
         with self._lock:
-            left = list(self._flights)
+            left = [
+                flight for flight in self._flights if flight.future is not None and not flight.future.done()
+            ]
         for flight in left:
             flight.cancel(error)
+        return bool(left)
+
+    # front ends started on the running server (tcli.frontend): stopped before it stops
+    def add_frontend(self, frontend: Stoppable) -> None:
+        self.frontends.append(frontend)
+
+    def remove_frontend(self, frontend: Stoppable) -> None:
+        if frontend in self.frontends:
+            self.frontends.remove(frontend)
+
+    def stop_frontends(self) -> None:
+        for frontend in list(self.frontends):
+            frontend.end()

@@ -15,12 +15,12 @@ import concurrent.futures
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from server.protocol import types as core
 from server.protocol.errors import ErrorCode, internal, unavailable
 from server.protocol.errors import TritonError as ServerError
-from tcli.inprocess._errors import from_server
+from tcli.inprocess._errors import InvalidArgumentError, TritonError, from_server
 from tcli.inprocess._handles import ModelHandle
 from tcli.inprocess._response import InferenceResponse
 from tcli.inprocess._tensor import Tensor
@@ -34,10 +34,17 @@ Deliver = Callable[[InferenceResponse], None]
 
 
 class Flight:
-    def __init__(self, model: ModelHandle, request: core.InferenceRequest, deliver: Deliver) -> None:
+    def __init__(
+        self,
+        model: ModelHandle,
+        request: core.InferenceRequest,
+        deliver: Deliver,
+        output_memory_type: Any = None,
+    ) -> None:
         self.model = model
         self.request = request
         self.deliver = deliver
+        self.output_memory_type = output_memory_type
         self.future: concurrent.futures.Future[None] | None = None
 
     def start(self, service: InferenceService, loop: asyncio.AbstractEventLoop, decoupled: bool) -> None:
@@ -74,13 +81,21 @@ class Flight:
     def _response(self, response: core.InferenceResponse | None, final: bool) -> InferenceResponse:
         if response is None:  # a decoupled model's flags-only end of stream
             return InferenceResponse(self.model, self.request.id, final=final)
-        return InferenceResponse(
+        result = InferenceResponse(
             self.model.versioned(response.model_version),
             response.id,
             dict(response.parameters),
             {tensor.name: Tensor._from_server(tensor) for tensor in response.outputs},
             final=final,
         )
+        if self.output_memory_type is not None:
+            try:
+                result.outputs = {n: t.to_device(self.output_memory_type) for n, t in result.outputs.items()}
+            except TritonError as error:  # tritonserver's words, then the reason
+                result._failure = InvalidArgumentError(
+                    f"Memory type {self.output_memory_type} not supported: {error}"
+                )
+        return result
 
     def _error(self, error: ServerError, final: bool = True) -> InferenceResponse:
         return InferenceResponse(self.model, self.request.id, error=from_server(error), final=final)

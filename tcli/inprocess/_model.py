@@ -67,7 +67,9 @@ class Model:
             if user_queue is not None:
                 user_queue.put(response)
 
-        flight = self._connection.submit(Flight(self, request.to_server(), deliver))
+        flight = self._connection.submit(
+            Flight(self, request.to_server(), deliver, request.output_memory_type)
+        )
         return ResponseIterator(flight, responses, raise_on_error)
 
     def async_infer(
@@ -93,7 +95,9 @@ class Model:
             if to_user is not None:
                 to_user(response)
 
-        flight = self._connection.submit(Flight(self, request.to_server(), deliver))
+        flight = self._connection.submit(
+            Flight(self, request.to_server(), deliver, request.output_memory_type)
+        )
         return AsyncResponseIterator(flight, responses, raise_on_error)
 
     # about the model -------------------------------------------------------------------------------

@@ -15,12 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from server.protocol import types as core
-from tcli.inprocess._errors import InvalidArgumentError, UnsupportedError
+from tcli.inprocess._errors import InvalidArgumentError
 from tcli.inprocess._handles import ModelHandle
 from tcli.inprocess._tensor import as_input
-from tcli.inprocess._types import DLDeviceType, MemoryType, RequestFlag
-
-_HOST = (None, "cpu", MemoryType.CPU, MemoryType.CPU_PINNED, DLDeviceType.kDLCPU)
+from tcli.inprocess._types import RequestFlag
 
 
 @dataclass
@@ -33,7 +31,9 @@ class InferenceRequest:
     timeout: int = 0  # microseconds in the queue; 0: the model's default
     inputs: dict[str, Any] = field(default_factory=dict)
     parameters: dict[str, str | int | bool | float] = field(default_factory=dict)
-    output_memory_type: Any = None  # host memory only ("cpu", MemoryType.CPU)
+    # where outputs go: host memory only ("cpu", MemoryType.CPU); another is refused as each response
+    # arrives, as `tritonserver` refuses it (InvalidArgumentError, raised by the iterator)
+    output_memory_type: Any = None
     response_queue: queue.SimpleQueue[Any] | asyncio.Queue[Any] | None = None  # also gets each response
     # tritonclient's names for the sequence controls
     sequence_id: int | str | None = None
@@ -43,10 +43,6 @@ class InferenceRequest:
     def to_server(self) -> core.InferenceRequest:
         """The server's request: inputs converted (without copying contiguous numeric arrays),
         controls as the codecs put them in `parameters`."""
-        memory = self.output_memory_type
-        kind = memory[0] if isinstance(memory, tuple) else memory
-        if kind not in _HOST and not str(kind).startswith("cpu"):
-            raise UnsupportedError(f"output_memory_type {memory!r}: tcli returns outputs in host memory only")
         parameters: dict[str, Any] = {}
         for key, value in self.parameters.items():
             if key.startswith("triton_"):

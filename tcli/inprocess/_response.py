@@ -29,6 +29,8 @@ class InferenceResponse:
     error: TritonError | None = None
     classification_label: str | None = None  # unused, as in tritonserver
     final: bool = False
+    # raised by the iterator whatever raise_on_error says (an output_memory_type it cannot serve)
+    _failure: TritonError | None = field(default=None, repr=False, compare=False)
 
 
 class ResponseIterator:
@@ -84,6 +86,8 @@ class AsyncResponseIterator:
 
 def _checked(iterator: Any, response: InferenceResponse) -> InferenceResponse:
     iterator._complete = response.final
+    if response._failure is not None:
+        raise response._failure
     if response.error is not None and iterator._raise_on_error:
         raise response.error
     return response

@@ -12,21 +12,39 @@ server:` does both.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+import weakref
 from typing import Any
 
 import orjson
 
 from server.app import Server as AppServer
+from server.frontends.ports import PortInUseError
 from server.protocol import json_messages
 from server.protocol.errors import TritonError as ServerError
 from tcli.inprocess._connection import Connection
 from tcli.inprocess._errors import InternalError, InvalidArgumentError, UnavailableError, from_server
 from tcli.inprocess._flight import stopped
+from tcli.inprocess._log import install as install_log
 from tcli.inprocess._model import Model
 from tcli.inprocess._options import Options
 
 _UNLOADED_STATES = (None, "UNAVAILABLE")
+log = logging.getLogger("tcli.inprocess")
+
+
+def _shutdown(connection: Connection) -> bool:
+    """Stop the server `connection` leads to; True when requests in flight had to be ended."""
+    app = connection.app
+    if app is None:
+        return False
+    connection.run(app.drain(app.settings.exit_timeout_secs))  # refuses new requests from here on
+    connection.stop_frontends()
+    left = connection.end_flights(stopped())
+    app.stop()
+    connection.detach()
+    return left
 
 
 class ModelDictionary(dict[tuple[str, int], Model]):
@@ -54,6 +72,7 @@ class Server:
     def __init__(self, options: Options | None = None, **kwargs: Any) -> None:
         self.options = options if options is not None else Options(**kwargs)
         self._connection = Connection()
+        self._finalizer: weakref.finalize[Any, Any] | None = None
 
     # life ------------------------------------------------------------------------------------------
     def start(
@@ -62,16 +81,28 @@ class Server:
         if self._connection.app is not None:
             raise InvalidArgumentError("Server already started")
         settings = self.options.to_settings()
+        assert settings.log_settings is not None
+        log = install_log(settings.log_settings)
         app = AppServer(settings)
         try:
-            app.start()
+            app.start()  # a front end that cannot bind: nothing loaded is left, nothing listens
+        except PortInUseError as error:
+            log.remove()
+            raise UnavailableError(
+                f"Socket '{error.address}:{error.port}' already in use ({error.reason}): give "
+                f"Server({error.setting.lstrip('-').replace('-', '_')}=...) another port, or 0 for any free one"
+            ) from None
         except ServerError as error:  # nothing listens yet; what loaded is unloaded
+            log.remove()
             app.manager.shutdown(settings.exit_timeout_secs)
             raise from_server(error) from None
-        self._connection.attach(app)
+        self._connection.attach(app, log)
+        # a server nobody holds any more is stopped, as tritonserver's is; and so is one still running
+        # when the program exits (its instances' processes would keep the exit waiting)
+        self._finalizer = weakref.finalize(self, _shutdown, self._connection)
         failures = app.manager.startup_failures()
         if failures and settings.exit_on_error:
-            self.stop()
+            self._stop()
             raise InternalError("failed to load all models: " + "; ".join(failures))
         deadline = None if timeout is None else time.monotonic() + timeout
         while wait_until_ready and not self.ready():
@@ -81,19 +112,25 @@ class Server:
         return self
 
     def stop(self) -> None:
-        connection = self._connection
-        app = connection.started()
-        connection.run(app.drain(app.settings.exit_timeout_secs))  # refuses new requests from here on
-        connection.end_flights(stopped())
-        app.stop()
-        connection.detach()
+        """Stop: refuse new requests, wait up to `exit_timeout` for those in flight, end the rest,
+        unload every model. Raises InternalError, as `tritonserver` does, when requests were still in
+        flight at the timeout (the server is stopped all the same)."""
+        if self._stop():
+            raise InternalError("Exit timeout expired. Exiting immediately.")
+
+    def _stop(self) -> bool:
+        """Stop the server; True when requests in flight had to be ended."""
+        self._connection.started()
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        return _shutdown(self._connection)
 
     def __enter__(self) -> Server:
         return self.start() if self._connection.app is None else self
 
     def __exit__(self, *exc: object) -> None:
-        if self._connection.app is not None:
-            self.stop()
+        if self._connection.app is not None and self._stop():
+            log.warning("the in-process server stopped with requests in flight; they were ended")
 
     # front ends (only those the options asked for) ------------------------------------------------
     @property

@@ -1,124 +1,175 @@
-"""Tensors in and out of the in-process API.
+"""Tensors in and out of the in-process API, as `tritonserver.Tensor`: a data type, a shape and the
+`MemoryBuffer` holding the data (a BYTES tensor's buffer holds Triton's serialized form: each element
+as a 4-byte length and its bytes).
 
-A response's outputs are `Tensor`s as `tritonserver` hands them: `numpy.from_dlpack(tensor)` (or any
-DLPack consumer: torch, cupy) reads a numeric one without a copy, `to_bytes_array()` /
-`to_string_array()` a BYTES one. tcli's tensors live in host memory as numpy arrays, so there is no
-memory buffer to manage; `numpy.asarray(tensor)` works too.
+DLPack both ways, without copying: `Tensor.from_dlpack(array)` keeps the array as its buffer's owner,
+and `numpy.from_dlpack(tensor)` (torch.from_dlpack, ...) reads the buffer in the tensor's shape at that
+moment, the array it gives keeping the tensor alive, as `tritonserver`'s tensors do (one reference
+each way; tests/integration/test_inprocess_tensors.py counts them). A response's outputs own the
+server's output arrays.
 
-Inputs are what `tritonserver` accepts: numpy arrays, lists (through `numpy.array`), `Tensor`s and
-any object with `__dlpack__` (a torch tensor). `as_input` turns one into the server's tensor without
-copying a contiguous numeric array (it becomes a read-only view, so a model cannot write into the
-caller's array).
+Inputs are what `tritonserver` accepts, and a little more: numpy arrays, lists (through
+`numpy.array`), `Tensor`s, any object with `__dlpack__` (a torch tensor), and Python scalars. `as_input`
+turns one into the server's tensor without copying a contiguous numeric array (it becomes a read-only
+view, so a model cannot write into the caller's array).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from server.protocol import datatypes
 from server.protocol import types as core
-from server.protocol.tensors import as_bytes, serialize_bytes
+from server.protocol.tensors import as_bytes, deserialize_bytes, serialize_bytes
 from tcli.inprocess._errors import InvalidArgumentError, UnsupportedError
+from tcli.inprocess._memorybuffer import DeviceOrMemoryType, MemoryBuffer, host_view, parse_device
 from tcli.inprocess._types import DataType, DLDeviceType, MemoryType
 
+_RAW = datatypes.raw_dtypes()  # wire name -> numpy dtype of its bytes (BYTES has none)
 
+
+class _Export:
+    """What a numpy view of a tensor's buffer is made from: the array interface of the buffer in the
+    tensor's current shape, and the tensor itself, kept alive by the view (its `base`)."""
+
+    __slots__ = ("__array_interface__", "tensor")
+
+    def __init__(self, tensor: Tensor, dtype: np.dtype[Any], shape: tuple[int, ...]) -> None:
+        self.tensor = tensor
+        buffer = tensor.memory_buffer
+        if int(np.prod(shape)) * dtype.itemsize > buffer.size:
+            raise InvalidArgumentError(
+                f"Tensor shape {list(shape)} needs {int(np.prod(shape)) * dtype.itemsize} bytes, its buffer "
+                f"holds {buffer.size}"
+            )
+        self.__array_interface__ = {
+            "shape": shape,
+            "typestr": dtype.str,
+            "data": (buffer.data_ptr, False),
+            "version": 3,
+        }
+
+
+@dataclass
 class Tensor:
-    """A tensor in host memory: its Triton data type, shape and numpy array."""
-
-    __slots__ = ("_array", "data_type", "shape")
-
-    def __init__(self, data_type: DataType, shape: Sequence[int], array: np.ndarray[Any, Any]) -> None:
-        self.data_type = data_type
-        self.shape = tuple(shape)
-        self._array = array
-
-    def __repr__(self) -> str:
-        return f"Tensor(data_type={self.data_type!r}, shape={list(self.shape)})"
+    data_type: DataType
+    shape: Sequence[int]
+    memory_buffer: MemoryBuffer
 
     # tritonserver's properties ---------------------------------------------------------------------
     @property
+    def data_ptr(self) -> int:
+        return self.memory_buffer.data_ptr
+
+    @property
     def memory_type(self) -> MemoryType:
-        return MemoryType.CPU
+        return self.memory_buffer.memory_type
 
     @property
     def memory_type_id(self) -> int:
-        return 0
-
-    @property
-    def data_ptr(self) -> int:
-        return int(self._host().ctypes.data)
+        return self.memory_buffer.memory_type_id
 
     @property
     def size(self) -> int:
-        """Bytes of the tensor's data (a BYTES tensor: its serialized form, 4-byte lengths and all)."""
-        if self.data_type == DataType.BYTES:
-            return len(serialize_bytes(self._array))
-        return int(self._array.nbytes)
+        """Bytes of the buffer (a BYTES tensor: its serialized form)."""
+        return self.memory_buffer.size
 
-    # DLPack and numpy ------------------------------------------------------------------------------
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        if self.data_type == DataType.BYTES:
-            raise UnsupportedError("DLPack cannot carry a BYTES tensor: read it with to_bytes_array()")
-        return self._host().__dlpack__(**kwargs)
+    # DLPack ----------------------------------------------------------------------------------------
+    def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
+        if stream not in (None, 0) or (stream is not None and not isinstance(stream, int)):
+            raise UnsupportedError(
+                f"DLPack stream synchronization on memory type {self.memory_type} and stream {stream} not "
+                "supported"
+            )
+        return self._view().__dlpack__(**kwargs)
 
     def __dlpack_device__(self) -> tuple[DLDeviceType, int]:
-        return DLDeviceType.kDLCPU, 0
+        return DLDeviceType.kDLCPU, self.memory_type_id
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
-        array = self._host()
+        array = self._view() if self.data_type != DataType.BYTES else self.to_bytes_array()
         if dtype is not None and array.dtype != dtype:
             return array.astype(dtype)
         return array.copy() if copy else array
 
-    def _host(self) -> np.ndarray[Any, Any]:
-        return np.ascontiguousarray(self._array)
+    def _view(self) -> np.ndarray[Any, Any]:
+        """The buffer as a numpy array in the tensor's shape, holding the tensor."""
+        if self.data_type == DataType.BYTES:
+            raise InvalidArgumentError(
+                "Unsupported Triton server data type. Can't convert BYTES to DLPack data type: read a BYTES "
+                "tensor with to_bytes_array() or to_string_array()"
+            )
+        shape = tuple([int(d) for d in self.shape])  # a list, not a generator: see runner.py's outputs
+        return np.asarray(_Export(self, _RAW[self.data_type.name], shape))
 
+    # BYTES -----------------------------------------------------------------------------------------
     def to_bytes_array(self) -> np.ndarray[Any, Any]:
         """A BYTES tensor as a numpy object array of bytes, in the tensor's shape."""
         if self.data_type != DataType.BYTES:
-            raise InvalidArgumentError(
-                f"Tensor has data type {self.data_type.name}, not BYTES: use numpy.from_dlpack()"
-            )
-        array = np.empty(self._array.size, dtype=object)
-        array[:] = [as_bytes(item) for item in self._array.reshape(-1)]
-        return array.reshape(self.shape)
+            raise InvalidArgumentError(f"Tensor has data type {self.data_type.name} not BYTES")
+        raw = np.asarray(_Export(self, np.dtype(np.uint8), (self.size,)))
+        items = deserialize_bytes(raw.data)
+        array = np.empty(len(items), dtype=object)
+        array[:] = items
+        return array.reshape(tuple(self.shape))
 
     def to_string_array(self) -> np.ndarray[Any, Any]:
         """A BYTES tensor as a numpy array of str (each element decoded as UTF-8)."""
         raw = self.to_bytes_array()
         return np.array([item.decode() for item in raw.reshape(-1)], dtype=str).reshape(raw.shape)
 
+    # devices ---------------------------------------------------------------------------------------
     def to_host(self) -> Tensor:
-        return self
+        return self.to_device("cpu")
 
-    def to_device(self, device: Any) -> Tensor:
-        """Only host memory ("cpu", MemoryType.CPU, kDLCPU): tcli serves no GPU memory."""
-        kind = device[0] if isinstance(device, tuple) else device
-        if kind in ("cpu", MemoryType.CPU, MemoryType.CPU_PINNED, DLDeviceType.kDLCPU) or str(
-            kind
-        ).startswith("cpu"):
+    def to_device(self, device: DeviceOrMemoryType) -> Tensor:
+        """Host memory only ("cpu", MemoryType.CPU, (DLDeviceType.kDLCPU, 0)): tcli has no GPU memory;
+        a GPU is refused with UnsupportedError, as `tritonserver` refuses it without a GPU library."""
+        memory_type, memory_type_id = parse_device(device)
+        if memory_type in (MemoryType.CPU, MemoryType.CPU_PINNED):
             return self
-        raise UnsupportedError(f"tcli keeps tensors in host memory: cannot move one to {device!r}")
+        raise UnsupportedError(
+            f"Conversion from {(self.memory_type, self.memory_type_id)} to {(memory_type, memory_type_id)} "
+            "not supported: tcli keeps tensors in host memory"
+        )
 
     # building --------------------------------------------------------------------------------------
     @staticmethod
     def from_dlpack(obj: Any) -> Tensor:
-        array = np.from_dlpack(obj)
-        return Tensor(_data_type(array.dtype, "tensor"), array.shape, array)
+        """A tensor over a DLPack object's memory, the object its owner (no copy)."""
+        view = host_view(obj)
+        return Tensor(_data_type(view.dtype, "tensor"), list(view.shape), MemoryBuffer.of_array(obj, view))
 
     @staticmethod
     def from_bytes_array(array: Sequence[str] | Sequence[bytes] | np.ndarray[Any, Any]) -> Tensor:
-        host = _bytes_array(np.asarray(array, dtype=object))
-        return Tensor(DataType.BYTES, host.shape, host)
+        """A BYTES tensor of str or bytes elements (str as UTF-8), serialized into new host memory."""
+        given = np.asarray(array) if not isinstance(array, np.ndarray) else array
+        if given.dtype.kind not in ("O", "S", "U"):
+            raise InvalidArgumentError(
+                f"Unsupported conversion from {array} to Triton BYTES Tensor. Got {_data_type(given.dtype, 'tensor').name}"
+            )
+        return _serialized(given)
 
     from_string_array = from_bytes_array
 
     @staticmethod
     def _from_server(tensor: core.Tensor) -> Tensor:
-        return Tensor(DataType[tensor.datatype], tensor.shape, np.asarray(tensor.data))
+        """An output of a response: the server's array is the buffer's owner."""
+        datatype = DataType[tensor.datatype]
+        if datatype == DataType.BYTES:
+            return _serialized(np.asarray(tensor.data, dtype=object).reshape(tensor.shape))
+        array = np.ascontiguousarray(tensor.data)
+        return Tensor(datatype, list(tensor.shape), MemoryBuffer.of_array(array, array))
+
+
+def _serialized(array: np.ndarray[Any, Any]) -> Tensor:
+    flat = [as_bytes(item) for item in array.reshape(-1)]
+    raw = np.frombuffer(serialize_bytes(flat), dtype=np.uint8) if flat else np.zeros(0, np.uint8)
+    return Tensor(DataType.BYTES, list(array.shape), MemoryBuffer.of_array(raw, raw))
 
 
 def _data_type(dtype: np.dtype[Any], name: str) -> DataType:
@@ -141,13 +192,13 @@ def _bytes_array(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 def as_input(name: str, value: Any) -> core.Tensor:
     """The server's tensor for input `name` from what a caller passes (see the module docstring)."""
     if isinstance(value, Tensor):
-        array = value._array
+        array = value.to_bytes_array() if value.data_type == DataType.BYTES else value._view()
     elif isinstance(value, np.ndarray):
         array = value
     elif isinstance(value, (list, tuple, int, float, bool, str, bytes, np.generic)):
         array = np.array(value)
     elif hasattr(value, "__dlpack__"):
-        array = np.from_dlpack(value)
+        array = host_view(value)
     else:
         raise InvalidArgumentError(
             f"input '{name}': {type(value).__name__} is not supported; give a numpy array, a list, a "
@@ -158,7 +209,7 @@ def as_input(name: str, value: Any) -> core.Tensor:
         if array.dtype != object or not all(isinstance(item, bytes) for item in array.reshape(-1)):
             array = _bytes_array(array)
     else:
-        array = np.ascontiguousarray(array, dtype=datatypes.raw_dtypes()[wire])
+        array = np.ascontiguousarray(array, dtype=_RAW[wire])
         if array.flags.writeable:
             array = array.view()
             array.flags.writeable = False  # the model sees the caller's memory; it must not change it

@@ -70,3 +70,32 @@ class DLDeviceType(enum.IntEnum):
     kDLCPU = 1
     kDLCUDA = 2
     kDLCUDAHost = 3
+
+
+class LogFormat(enum.IntEnum):
+    """TRITONSERVER_LogFormat: `I1127 17:38:45.510576 ...` (DEFAULT) or an ISO 8601 time."""
+
+    DEFAULT = 0
+    ISO8601 = 1
+
+
+class RateLimitMode(enum.IntEnum):
+    """TRITONSERVER_RateLimitMode: `tcli serve --rate-limit off|execution_count`."""
+
+    OFF = 0
+    EXEC_COUNT = 1
+
+
+class InstanceGroupKind(enum.IntEnum):
+    """TRITONSERVER_InstanceGroupKind (of `ModelLoadDeviceLimit`)."""
+
+    AUTO = 0
+    CPU = 1
+    GPU = 2
+    MODEL = 3
+
+
+class MetricFormat(enum.IntEnum):
+    """TRITONSERVER_MetricFormat: Prometheus' text format, the only one."""
+
+    PROMETHEUS = 0

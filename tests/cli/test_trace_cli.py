@@ -126,3 +126,15 @@ def test_a_bad_trace_flag_is_one_line(tcli: Callable[..., CompletedProcess[str]]
     done = tcli("serve", str(REPO), "--trace-config", "rate=often")
     assert done.returncode == 1
     assert done.stderr.strip() == "error: --trace-config rate=often: expected an integer, got 'often'"
+
+
+def test_an_otlp_url_that_cannot_be_used_stops_start_up_in_one_line(
+    tcli: Callable[..., CompletedProcess[str]],
+) -> None:
+    entry = "opentelemetry,url=localhost:43x8/v1/traces"
+    done = tcli("serve", str(REPO), "--trace-config", "mode=opentelemetry", "--trace-config", entry)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"error: --trace-config {entry}: the port is not a number from 0 to 65535; give "
+        "<host>:<port>/<path>, e.g. localhost:4318/v1/traces (http:// is assumed)"
+    )

@@ -79,7 +79,8 @@ def otel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Rec
     flags = read_trace_flags(
         [
             "mode=opentelemetry",
-            f"opentelemetry,url={receiver.url}",
+            # without a scheme, as Triton's docs and qa write it: http:// is assumed
+            f"opentelemetry,url={receiver.url.removeprefix('http://')}",
             "opentelemetry,resource=service.name=tcli-test",
             "opentelemetry,resource=test.key=test.value",
             "opentelemetry,bsp_schedule_delay=50",

@@ -73,3 +73,36 @@ def test_mistakes_name_the_flag_and_the_fix(entry: str, named: str) -> None:
         read_trace_flags([entry])
     assert f"--trace-config {entry}" in str(raised.value) or "trace level" in str(raised.value)
     assert named in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("given", "used"),
+    [
+        ("localhost:4318/v1/traces", "http://localhost:4318/v1/traces"),  # as Triton's docs and qa write it
+        ("127.0.0.1:9/v1/traces", "http://127.0.0.1:9/v1/traces"),
+        ("https://collector.example:443/v1/traces", "https://collector.example:443/v1/traces"),
+    ],
+)
+def test_an_otlp_url_without_a_scheme_is_http(given: str, used: str) -> None:
+    flags = read_trace_flags(["mode=opentelemetry", f"opentelemetry,url={given}"])
+    assert flags.otel.url == used
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("grpc://localhost:4317", "not 'grpc://'"),
+        ("localhost:43x8/v1/traces", "the port is not a number"),
+        ("http:///v1/traces", "the URL names no host"),
+        ("", "the URL names no host"),
+    ],
+)
+def test_an_otlp_url_that_cannot_be_used_names_the_setting_and_the_fix(url: str, named: str) -> None:
+    entry = f"opentelemetry,url={url}"
+    with pytest.raises(TraceFlagError) as raised:
+        read_trace_flags([entry])
+    message = str(raised.value)
+    assert message.startswith(f"--trace-config {entry}: ")
+    assert named in message
+    assert "e.g. localhost:4318/v1/traces" in message
+    assert "\n" not in message
