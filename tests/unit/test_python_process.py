@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -351,12 +352,16 @@ def test_decoupled_streams_from_model_threads(tmp_path: Path) -> None:
         pid = int(outputs(waiter.responses[0][0])["PID"][0])
         assert pid != os.getpid()
 
-        waiter = submit(runner, request([-1], model="dec"), streamed=True)
+        cancelled = request([-1], model="dec")
+        waiter = submit(runner, cancelled, streamed=True)
         while not waiter.responses:  # the first response: the model now polls is_cancelled()
             assert not waiter.done.wait(0.01)
         assert waiter.stream is not None
         waiter.stream.cancelled = True
+        cancelled.cancel()  # what a front end does when the client goes: the process hears of it
+        began = time.monotonic()
         waiter.wait()
+        assert time.monotonic() - began < 20  # the model's own give-up is 30 s
         assert [int(outputs(r)["OUT"][0]) for r, _ in waiter.responses] == [1, 0]
     finally:
         runner.stop(10)
