@@ -31,10 +31,13 @@ The qa's servers listen on the fixed ports 8000-8002, so one subtest runs at a t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -127,6 +130,20 @@ exec /usr/bin/git "$@"
 """
 
 
+QA_PORTS = (8000, 8001, 8002)  # the qa's clients and test.sh use these, fixed
+SUBTEST_TIMEOUT = 3600.0
+
+
+def _free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
 @dataclass
 class Outcome:
     subtest: str
@@ -207,6 +224,11 @@ def _checks(trace: str, test_sh: str) -> list[tuple[str, str]]:
 def run_subtest(
     subtest: str, server: str, checkout: Path, python_backend: Path, tcli_path: Path, keep: Path | None
 ) -> Outcome:
+    busy = [port for port in QA_PORTS if not _free(port)]
+    if busy:
+        raise SystemExit(
+            f"triton_qa: port(s) {busy} in use: the qa's servers need 8000-8002; stop what holds them"
+        )
     scratch = Path(tempfile.mkdtemp(prefix=f"triton_qa_{subtest}_{server}_"))
     try:
         qa, triton_dir = _layout(scratch, checkout, server, tcli_path)
@@ -238,17 +260,25 @@ def run_subtest(
         script = "PS4='+${FUNCNAME[0]:-main}: '; set -ex; source ./test.sh"
         trace_path = scratch / "trace.log"
         with trace_path.open("w") as trace:
-            proc = subprocess.run(
+            # a session of its own: whatever test.sh leaves running (a server) ends with it
+            proc = subprocess.Popen(
                 ["bash", "-c", script],
                 cwd=home / subtest,
                 env=env,
                 stdout=trace,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                timeout=3600,
-                check=False,
+                start_new_session=True,
             )
-        outcome = Outcome(subtest, server, exit_code=proc.returncode)
+            try:
+                exit_code = proc.wait(timeout=SUBTEST_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                exit_code = -int(signal.SIGKILL)
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        outcome = Outcome(subtest, server, exit_code=exit_code)
         if results.exists():
             for line in results.read_text().splitlines():
                 record = json.loads(line)
