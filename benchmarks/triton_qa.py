@@ -41,6 +41,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,12 +145,22 @@ def _free(port: int) -> bool:
     return True
 
 
+def _wait_for_ports(timeout: float = 600.0) -> None:
+    """Until 8000-8002 are free (another server on this machine may hold them for a while)."""
+    deadline = time.monotonic() + timeout
+    while busy := [port for port in QA_PORTS if not _free(port)]:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"triton_qa: port(s) {busy} still in use: the qa's servers need 8000-8002")
+        time.sleep(1.0)  # polling interval
+
+
 @dataclass
 class Outcome:
     subtest: str
     server: str
     cases: list[tuple[str, str]] = field(default_factory=list)  # (case, passed/failed/skipped)
     exit_code: int = 0
+    port_clash: bool = False  # a server of the run found a qa port taken: rerun the subtest
 
     @property
     def passed(self) -> int:
@@ -224,11 +235,7 @@ def _checks(trace: str, test_sh: str) -> list[tuple[str, str]]:
 def run_subtest(
     subtest: str, server: str, checkout: Path, python_backend: Path, tcli_path: Path, keep: Path | None
 ) -> Outcome:
-    busy = [port for port in QA_PORTS if not _free(port)]
-    if busy:
-        raise SystemExit(
-            f"triton_qa: port(s) {busy} in use: the qa's servers need 8000-8002; stop what holds them"
-        )
+    _wait_for_ports()
     scratch = Path(tempfile.mkdtemp(prefix=f"triton_qa_{subtest}_{server}_"))
     try:
         qa, triton_dir = _layout(scratch, checkout, server, tcli_path)
@@ -279,6 +286,8 @@ def run_subtest(
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         outcome = Outcome(subtest, server, exit_code=exit_code)
+        logs = (path.read_text(errors="replace") for path in (home / subtest).rglob("*.log"))
+        outcome.port_clash = any("already in use" in text for text in logs)
         if results.exists():
             for line in results.read_text().splitlines():
                 record = json.loads(line)
@@ -323,8 +332,9 @@ def main() -> None:
                 args.keep,
             )
             row[server] = outcome
+            clash = " PORT CLASH: a qa port was taken by another server; rerun" if outcome.port_clash else ""
             print(
-                f"{subtest} [{server}]: {outcome.passed}/{outcome.total} (test.sh exit {outcome.exit_code})",
+                f"{subtest} [{server}]: {outcome.passed}/{outcome.total} (test.sh exit {outcome.exit_code}){clash}",
                 flush=True,
             )
             for case, result in outcome.cases:
