@@ -7,7 +7,9 @@ with the environment that script exports (TRITON_DIR, SERVER, BACKEND_DIR, MODEL
 qa files are never edited: they are copied to a scratch folder and these adaptations are made around
 them:
 - `$TRITON_DIR/bin/tritonserver` is a small script that starts the chosen server with the qa's flags
-  and `--exit-on-error=false` (so the qa's GPU models fail alone on this CPU machine);
+  and `--exit-on-error=false --strict-readiness=false`, so a model that cannot load here fails
+  alone: the qa's GPU models, and on real Triton those importing torch (its python stub's
+  environment has none), where strict readiness kept the server from ever being ready for test.sh;
 - `pip`/`pip3` on PATH do nothing (the qa swaps torch builds: never in the project's venv), and
   `git clone .../python_backend` copies a local checkout of triton-inference-server/python_backend;
 - `python3` is this interpreter (tritonclient, pytest and torch come from the project's venv);
@@ -131,6 +133,7 @@ exec /usr/bin/git "$@"
 """
 
 
+EXTRA_FLAGS = "--exit-on-error=false --strict-readiness=false"  # after the qa's own flags
 QA_PORTS = (8000, 8001, 8002)  # the qa's clients and test.sh use these, fixed
 SUBTEST_TIMEOUT = 3600.0
 
@@ -174,10 +177,8 @@ class Outcome:
 def _server_script(server: str, tcli_path: Path) -> str:
     if server == "triton":
         target = REFERENCE / "bin" / "tritonserver"
-        return f'#!/bin/bash\nexec "{target}" "$@" --exit-on-error=false\n'
-    return (
-        f'#!/bin/bash\nexport PYTHONPATH="{tcli_path}"\nexec "{TCLI_LAUNCHER}" "$@" --exit-on-error=false\n'
-    )
+        return f'#!/bin/bash\nexec "{target}" "$@" {EXTRA_FLAGS}\n'
+    return f'#!/bin/bash\nexport PYTHONPATH="{tcli_path}"\nexec "{TCLI_LAUNCHER}" "$@" {EXTRA_FLAGS}\n'
 
 
 def _layout(scratch: Path, checkout: Path, server: str, tcli_path: Path) -> tuple[Path, Path]:
