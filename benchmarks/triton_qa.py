@@ -7,7 +7,9 @@ with the environment that script exports (TRITON_DIR, SERVER, BACKEND_DIR, MODEL
 qa files are never edited: they are copied to a scratch folder and these adaptations are made around
 them:
 - `$TRITON_DIR/bin/tritonserver` is a small script that starts the chosen server with the qa's flags
-  and `--exit-on-error=false` (so the qa's GPU models fail alone on this CPU machine);
+  and `--exit-on-error=false --strict-readiness=false`, so a model that cannot load here fails
+  alone: the qa's GPU models, and on real Triton those importing torch (its python stub's
+  environment has none), where strict readiness kept the server from ever being ready for test.sh;
 - `pip`/`pip3` on PATH do nothing (the qa swaps torch builds: never in the project's venv), and
   `git clone .../python_backend` copies a local checkout of triton-inference-server/python_backend;
 - `python3` is this interpreter (tritonclient, pytest and torch come from the project's venv);
@@ -31,13 +33,17 @@ The qa's servers listen on the fixed ports 8000-8002, so one subtest runs at a t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,12 +133,37 @@ exec /usr/bin/git "$@"
 """
 
 
+EXTRA_FLAGS = "--exit-on-error=false --strict-readiness=false"  # after the qa's own flags
+QA_PORTS = (8000, 8001, 8002)  # the qa's clients and test.sh use these, fixed
+SUBTEST_TIMEOUT = 3600.0
+
+
+def _free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def _wait_for_ports(timeout: float = 600.0) -> None:
+    """Until 8000-8002 are free (another server on this machine may hold them for a while)."""
+    deadline = time.monotonic() + timeout
+    while busy := [port for port in QA_PORTS if not _free(port)]:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"triton_qa: port(s) {busy} still in use: the qa's servers need 8000-8002")
+        time.sleep(1.0)  # polling interval
+
+
 @dataclass
 class Outcome:
     subtest: str
     server: str
     cases: list[tuple[str, str]] = field(default_factory=list)  # (case, passed/failed/skipped)
     exit_code: int = 0
+    port_clash: bool = False  # a server of the run found a qa port taken: rerun the subtest
 
     @property
     def passed(self) -> int:
@@ -146,10 +177,8 @@ class Outcome:
 def _server_script(server: str, tcli_path: Path) -> str:
     if server == "triton":
         target = REFERENCE / "bin" / "tritonserver"
-        return f'#!/bin/bash\nexec "{target}" "$@" --exit-on-error=false\n'
-    return (
-        f'#!/bin/bash\nexport PYTHONPATH="{tcli_path}"\nexec "{TCLI_LAUNCHER}" "$@" --exit-on-error=false\n'
-    )
+        return f'#!/bin/bash\nexec "{target}" "$@" {EXTRA_FLAGS}\n'
+    return f'#!/bin/bash\nexport PYTHONPATH="{tcli_path}"\nexec "{TCLI_LAUNCHER}" "$@" {EXTRA_FLAGS}\n'
 
 
 def _layout(scratch: Path, checkout: Path, server: str, tcli_path: Path) -> tuple[Path, Path]:
@@ -207,6 +236,7 @@ def _checks(trace: str, test_sh: str) -> list[tuple[str, str]]:
 def run_subtest(
     subtest: str, server: str, checkout: Path, python_backend: Path, tcli_path: Path, keep: Path | None
 ) -> Outcome:
+    _wait_for_ports()
     scratch = Path(tempfile.mkdtemp(prefix=f"triton_qa_{subtest}_{server}_"))
     try:
         qa, triton_dir = _layout(scratch, checkout, server, tcli_path)
@@ -238,17 +268,27 @@ def run_subtest(
         script = "PS4='+${FUNCNAME[0]:-main}: '; set -ex; source ./test.sh"
         trace_path = scratch / "trace.log"
         with trace_path.open("w") as trace:
-            proc = subprocess.run(
+            # a session of its own: whatever test.sh leaves running (a server) ends with it
+            proc = subprocess.Popen(
                 ["bash", "-c", script],
                 cwd=home / subtest,
                 env=env,
                 stdout=trace,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                timeout=3600,
-                check=False,
+                start_new_session=True,
             )
-        outcome = Outcome(subtest, server, exit_code=proc.returncode)
+            try:
+                exit_code = proc.wait(timeout=SUBTEST_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                exit_code = -int(signal.SIGKILL)
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        outcome = Outcome(subtest, server, exit_code=exit_code)
+        logs = (path.read_text(errors="replace") for path in (home / subtest).rglob("*.log"))
+        outcome.port_clash = any("already in use" in text for text in logs)
         if results.exists():
             for line in results.read_text().splitlines():
                 record = json.loads(line)
@@ -293,8 +333,9 @@ def main() -> None:
                 args.keep,
             )
             row[server] = outcome
+            clash = " PORT CLASH: a qa port was taken by another server; rerun" if outcome.port_clash else ""
             print(
-                f"{subtest} [{server}]: {outcome.passed}/{outcome.total} (test.sh exit {outcome.exit_code})",
+                f"{subtest} [{server}]: {outcome.passed}/{outcome.total} (test.sh exit {outcome.exit_code}){clash}",
                 flush=True,
             )
             for case, result in outcome.cases:

@@ -234,6 +234,49 @@ def test_inference_response_refusals() -> None:
         pb_utils.InferenceResponse(parameters={1: 1})  # type: ignore[dict-item]
 
 
+def test_argument_checks_raise_what_tritons_binding_raises() -> None:
+    """The exception type for each bad argument as Triton 2.51's binding raises it (run there by a
+    model, as Triton's qa argument_validation model checks them): TypeError where a value is not of
+    the argument's type (None included), TritonModelException where Triton's own check refuses it."""
+    a = np.asarray([1, 2], dtype=np.int32)
+
+    def request(**kwargs: Any) -> Any:
+        return pb_utils.InferenceRequest(
+            **{"inputs": [], "model_name": "m", "requested_output_names": ["o"], **kwargs}
+        )
+
+    type_errors = [
+        lambda: request(inputs=[1]),
+        lambda: request(inputs=None),
+        lambda: request(correlation_id=None),
+        lambda: pb_utils.InferenceResponse(output_tensors=None),  # type: ignore[arg-type]
+        lambda: pb_utils.InferenceResponse(output_tensors=[1]),  # type: ignore[list-item]
+        lambda: pb_utils.Tensor("", None),  # type: ignore[arg-type]
+        lambda: pb_utils.Tensor("x", None),  # type: ignore[arg-type]
+        lambda: pb_utils.Tensor(None, a),  # type: ignore[arg-type]
+    ]
+    for case in type_errors:
+        with pytest.raises(TypeError):
+            case()
+    refused = {
+        "Input tensor for request with id '' and model name 'm' should not be empty.": lambda: request(
+            inputs=[None]
+        ),
+        "Requested output name for request with id '' and model name 'm' should not be empty.": lambda: (
+            request(requested_output_names=[""])
+        ),
+        "Correlation ID must be integer or string": lambda: request(correlation_id=1.5),
+        "Output tensor for inference response should not be empty.": lambda: pb_utils.InferenceResponse(
+            [None]
+        ),  # type: ignore[list-item]
+        "Tensor name cannot be an empty string.": lambda: pb_utils.Tensor("", a),
+    }
+    for message, case in refused.items():
+        with pytest.raises(pb_utils.TritonModelException, match=f"^{re.escape(message)}$"):
+            case()
+    assert pb_utils.InferenceResponse().output_tensors() == []
+
+
 # --- requests, BLS ------------------------------------------------------------------------------------
 
 

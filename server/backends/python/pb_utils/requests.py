@@ -80,7 +80,10 @@ class InferenceRequest:
             requested_output_names = [_text(name) for name in requested_output_names]
         if not isinstance(request_id, str) or not isinstance(model_name, str):
             raise TypeError("InferenceRequest(): request_id and model_name must be str")
-        if not isinstance(inputs, (list, tuple)) or not all(isinstance(t, Tensor) for t in inputs):
+        # as Triton's binding: a None in the lists passes its type check and fails its own check
+        if not isinstance(inputs, (list, tuple)) or not all(
+            t is None or isinstance(t, Tensor) for t in inputs
+        ):
             raise TypeError("InferenceRequest(): inputs must be a list of Tensor")
         if isinstance(requested_output_names, str) or not all(
             isinstance(n, str) for n in requested_output_names
@@ -89,8 +92,19 @@ class InferenceRequest:
         for label, number in (("model_version", model_version), ("flags", flags), ("timeout", timeout)):
             if isinstance(number, bool) or not isinstance(number, int):
                 raise TypeError(f"InferenceRequest(): {label} must be an int")
+        if correlation_id is None:
+            raise TypeError("InferenceRequest(): correlation_id must be an int or a str")
         if isinstance(correlation_id, bool) or not isinstance(correlation_id, (int, str)):
             raise TritonModelException("Correlation ID must be integer or string")
+        for what, empty in (
+            ("Input tensor", any(t is None for t in inputs)),
+            ("Requested output name", "" in requested_output_names),
+        ):
+            if empty:
+                raise TritonModelException(
+                    f"{what} for request with id '{request_id}' and model name '{model_name}' should not "
+                    "be empty."
+                )
         self._request_id = request_id
         self._correlation_id: int | str = correlation_id
         self._inputs = list(inputs)

@@ -25,13 +25,11 @@ class InferenceResponse:
 
     def __init__(
         self,
-        output_tensors: Sequence[Tensor] | None = None,
+        output_tensors: Sequence[Tensor] = (),
         error: TritonError | None = None,
         parameters: dict[str, bool | int | str] | None = None,
     ) -> None:
-        if output_tensors is None:
-            output_tensors = []
-        if not isinstance(output_tensors, (list, tuple)):
+        if not isinstance(output_tensors, (list, tuple)):  # None too, as Triton's binding refuses it
             raise TypeError(
                 f"InferenceResponse(): output_tensors must be a list of Tensor, got {type(output_tensors).__name__}"
             )

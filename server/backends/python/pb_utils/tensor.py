@@ -37,12 +37,15 @@ class Tensor:
     __slots__ = ("_array", "_dtype", "_name")
 
     def __init__(self, name: str, numpy_array: npt.NDArray[Any]) -> None:
-        self._name = _check_tensor_name(name)
+        # the argument types first, then the name's value, in the order of Triton's binding
+        if not isinstance(name, str):
+            raise TypeError(f"Tensor name must be a str, got {type(name).__name__}")
         if not isinstance(numpy_array, np.ndarray):
             raise TypeError(
                 f"Tensor(): expected (name: str, numpy_array: numpy.ndarray), "
                 f"got a {type(numpy_array).__name__} for tensor '{name}'"
             )
+        self._name = _check_tensor_name(name)
         if not numpy_array.dtype.isnative:  # the wire is little-endian; Triton refuses these outright
             numpy_array = numpy_array.astype(numpy_array.dtype.newbyteorder("="))
         dtype = numpy_to_triton_type(numpy_array.dtype)
