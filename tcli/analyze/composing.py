@@ -38,8 +38,8 @@ def bls_targets(folder: Path, repository: Path) -> list[str]:
         except (OSError, SyntaxError, UnicodeDecodeError):
             continue
         calls = any(
-            isinstance(node, ast.Attribute) and node.attr == "InferenceRequest"
-            or isinstance(node, ast.Name) and node.id == "InferenceRequest"
+            (isinstance(node, ast.Attribute) and node.attr == "InferenceRequest")
+            or (isinstance(node, ast.Name) and node.id == "InferenceRequest")
             for node in ast.walk(tree)
         )
         if not calls:
@@ -52,7 +52,9 @@ def bls_targets(folder: Path, repository: Path) -> list[str]:
     return names
 
 
-def composing_models(config: ModelConfig, backend: str, folder: Path | None, repository: Path | None) -> list[str]:
+def composing_models(
+    config: ModelConfig, backend: str, folder: Path | None, repository: Path | None
+) -> list[str]:
     """The models to analyze in place of this one (empty: analyze the model itself)."""
     if backend == "ensemble" or config.platform == "ensemble":
         return ensemble_steps(config)

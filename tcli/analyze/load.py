@@ -142,7 +142,7 @@ class InProcessWorker:
                 self.ends.append(end)
                 self.request_ns += end - start
                 self.completed += 1
-        except Exception as exc:  # noqa: BLE001 - reported to the profiler, as a worker process does
+        except Exception as exc:
             self.errors += 1
             if not self.first_error:
                 self.first_error = str(exc) or type(exc).__name__

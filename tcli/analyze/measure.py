@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -193,7 +192,9 @@ def _streams(info: Any, inputs: InputOptions) -> list[list[Any]]:
     if user_data:
         path = Path(inputs.input_data)
         if path.is_dir():
-            raise CliError(f"--input-data '{inputs.input_data}' is a directory: give random, zero or a JSON file")
+            raise CliError(
+                f"--input-data '{inputs.input_data}' is a directory: give random, zero or a JSON file"
+            )
         return from_json_file(path, info, resolved)
     return synthetic(info, resolved, inputs.input_data, inputs.string_length, inputs.string_data)
 

@@ -113,7 +113,17 @@ def json_document(report: Report) -> dict[str, Any]:
     }
 
 
-CSV_COLUMNS = ["rank", "front", "meets", "label", *DIMENSIONS, "concurrency", "throughput", "p50_ms", "p99_ms"]
+CSV_COLUMNS = [
+    "rank",
+    "front",
+    "meets",
+    "label",
+    *DIMENSIONS,
+    "concurrency",
+    "throughput",
+    "p50_ms",
+    "p99_ms",
+]
 
 
 def csv_text(report: Report) -> str:
@@ -135,9 +145,7 @@ def csv_text(report: Report) -> str:
 
 
 # the best config, written -----------------------------------------------------------------------------
-def write_model(
-    output: Path, source: Path | None, name: str, config: ModelConfig, link: bool
-) -> Path:
+def write_model(output: Path, source: Path | None, name: str, config: ModelConfig, link: bool) -> Path:
     """OUT/MODEL/config.pbtxt, with every other entry of the model's folder (its version folders,
     label files) copied or linked beside it, so that OUT serves as a repository."""
     from server.config.write import to_pbtxt
@@ -180,7 +188,9 @@ def copy_model(output: Path, source: Path, link: bool) -> None:
         else:
             shutil.copytree(source, target, symlinks=True)
     except OSError as exc:
-        raise CliError(f"--output-dir {output}: cannot copy model '{source.name}': {exc.strerror or exc}") from None
+        raise CliError(
+            f"--output-dir {output}: cannot copy model '{source.name}': {exc.strerror or exc}"
+        ) from None
 
 
 def validate_written(output: Path, name: str) -> list[str]:

@@ -39,7 +39,9 @@ def write_plot(path: Path, model: str, rows: list[Row], constraints: Constraints
             label=row.candidate.label() if named else None,
             zorder=2 if named else 1,
         )
-    front = sorted((row.point for row in drawn if row.front and row.point is not None), key=lambda p: p.p99_ms)
+    front = sorted(
+        (row.point for row in drawn if row.front and row.point is not None), key=lambda p: p.p99_ms
+    )
     axes.plot(
         [p.p99_ms for p in front],
         [p.throughput for p in front],
@@ -49,11 +51,18 @@ def write_plot(path: Path, model: str, rows: list[Row], constraints: Constraints
         zorder=3,
     )
     axes.scatter(
-        [p.p99_ms for p in front], [p.throughput for p in front], s=60, facecolors="none", edgecolors="k", zorder=4
+        [p.p99_ms for p in front],
+        [p.throughput for p in front],
+        s=60,
+        facecolors="none",
+        edgecolors="k",
+        zorder=4,
     )
     if rows and rows[0].rank == 1 and rows[0].point is not None:
         best = rows[0].point
-        axes.scatter([best.p99_ms], [best.throughput], marker="*", s=250, color="gold", edgecolors="k", zorder=5)
+        axes.scatter(
+            [best.p99_ms], [best.throughput], marker="*", s=250, color="gold", edgecolors="k", zorder=5
+        )
         axes.annotate(
             f"best: {rows[0].candidate.label()} @ c={best.concurrency}",
             (best.p99_ms, best.throughput),

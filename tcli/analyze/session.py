@@ -155,7 +155,11 @@ class Session:
 
         try:
             levels = measure_candidate(
-                target, apply(raw, candidate), self.plan.measure, self.plan.constraints, self.plan.mode == "quick"
+                target,
+                apply(raw, candidate),
+                self.plan.measure,
+                self.plan.constraints,
+                self.plan.mode == "quick",
             )
         except CliError as exc:
             return Measured(candidate, [], error=exc.message)

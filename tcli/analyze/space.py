@@ -49,7 +49,11 @@ class Candidate:
 
     def key(self) -> str:
         """A stable identity, for the checkpoint and for equality across runs."""
-        parts = [f"i{self.instance_count}", f"b{self.max_batch_size}", "db" if self.dynamic_batching else "nodb"]
+        parts = [
+            f"i{self.instance_count}",
+            f"b{self.max_batch_size}",
+            "db" if self.dynamic_batching else "nodb",
+        ]
         if self.dynamic_batching:
             parts += [f"pref{int(self.preferred_max)}", f"delay{self.max_queue_delay_us}"]
         if self.instance_process is not None:
@@ -203,7 +207,9 @@ def build_space(config: ModelConfig, backend: str, bounds: Bounds) -> Space:
     }
     preferred = bounds.preferred_batch_sizes or (["none", "max"] if base.preferred_max else ["none"])
     values["preferred_max"] = sorted({p == "max" for p in preferred})
-    delays = bounds.queue_delays_us if bounds.queue_delays_us is not None else [0, 500, base.max_queue_delay_us]
+    delays = (
+        bounds.queue_delays_us if bounds.queue_delays_us is not None else [0, 500, base.max_queue_delay_us]
+    )
     values["max_queue_delay_us"] = sorted(set(delays))
     if backend == "python":
         values["instance_process"] = {"both": [False, True], "process": [True], "server": [False]}[
@@ -218,10 +224,10 @@ def build_space(config: ModelConfig, backend: str, bounds: Bounds) -> Space:
         intra, inter = [0], [0]
     values["intra_op_threads"] = sorted(set(intra))
     values["inter_op_threads"] = sorted(set(inter))
-    values["kind"] = ["KIND_CPU", "KIND_GPU"] if bounds.gpu_count > 0 and backend in GPU_BACKENDS else ["KIND_CPU"]
-    start = Candidate(
-        **{d: _nearest(values[d], getattr(base, d)) for d in DIMENSIONS}  # type: ignore[arg-type]
-    ).normalized()
+    values["kind"] = (
+        ["KIND_CPU", "KIND_GPU"] if bounds.gpu_count > 0 and backend in GPU_BACKENDS else ["KIND_CPU"]
+    )
+    start = Candidate(**{d: _nearest(values[d], getattr(base, d)) for d in DIMENSIONS}).normalized()
     # quick mode starts with dynamic batching on when it may: without it requests are never batched,
     # and the max batch size could not be judged
     start = dataclasses.replace(start, dynamic_batching=values["dynamic_batching"][-1]).normalized()
@@ -262,7 +268,10 @@ def apply(config: ModelConfig, candidate: Candidate) -> ModelConfig:
         variant.ClearField("dynamic_batching")
     if candidate.instance_process is not None:
         variant.parameters[PROCESS_PARAMETER].string_value = "true" if candidate.instance_process else "false"
-    for name, value in ((INTRA_PARAMETER, candidate.intra_op_threads), (INTER_PARAMETER, candidate.inter_op_threads)):
+    for name, value in (
+        (INTRA_PARAMETER, candidate.intra_op_threads),
+        (INTER_PARAMETER, candidate.inter_op_threads),
+    ):
         if value:
             variant.parameters[name].string_value = str(value)
         elif name in variant.parameters:

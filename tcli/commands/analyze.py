@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tcli.errors import CliError
+
+if TYPE_CHECKING:
+    from tcli.analyze.session import Session
 
 app = typer.Typer()
 
@@ -75,17 +78,23 @@ def _preferred(text: str | None) -> list[str] | None:
 
 @app.command(no_args_is_help=True)
 def analyze(
-    model_name: Annotated[str, typer.Option("-m", help="The model to analyze (required).", show_default=False)],
+    model_name: Annotated[
+        str, typer.Option("-m", help="The model to analyze (required).", show_default=False)
+    ],
     repository: Annotated[
         Path | None,
-        typer.Argument(help="Model repository (default: ./model_repository). With -u: only for --output-dir."),
+        typer.Argument(
+            help="Model repository (default: ./model_repository). With -u: only for --output-dir."
+        ),
     ] = None,
     latency_budget: Annotated[
         float | None, typer.Option("--latency-budget", help="p99 latency budget, in ms.", show_default=False)
     ] = None,
     min_throughput: Annotated[
         float | None,
-        typer.Option("--min-throughput", help="Least throughput (infer/sec) a config must reach.", show_default=False),
+        typer.Option(
+            "--min-throughput", help="Least throughput (infer/sec) a config must reach.", show_default=False
+        ),
     ] = None,
     objective: Annotated[
         Objective, typer.Option("--objective", help="Most throughput, or lowest p99, within the constraints.")
@@ -93,7 +102,8 @@ def analyze(
     mode: Annotated[
         Mode,
         typer.Option(
-            "--mode", help="quick: one dimension at a time, pruned (default); brute: every config of the space."
+            "--mode",
+            help="quick: one dimension at a time, pruned (default); brute: every config of the space.",
         ),
     ] = Mode.quick,
     url: Annotated[
@@ -137,7 +147,8 @@ def analyze(
     python_placement: Annotated[
         Placement,
         typer.Option(
-            "--python-placement", help="Python models: instances in processes of their own, in the server, or both."
+            "--python-placement",
+            help="Python models: instances in processes of their own, in the server, or both.",
         ),
     ] = Placement.both,
     intra_op_threads: Annotated[
@@ -151,7 +162,9 @@ def analyze(
     inter_op_threads: Annotated[
         str | None,
         typer.Option(
-            "--inter-op-threads", help="onnxruntime: inter_op_thread_count values (default 0).", show_default=False
+            "--inter-op-threads",
+            help="onnxruntime: inter_op_thread_count values (default 0).",
+            show_default=False,
         ),
     ] = None,
     max_concurrency: Annotated[
@@ -162,7 +175,9 @@ def analyze(
     ] = 500,
     stability_percentage: Annotated[
         float,
-        typer.Option("--stability-percentage", "-s", help="Stable when the last 3 windows agree within this %."),
+        typer.Option(
+            "--stability-percentage", "-s", help="Stable when the last 3 windows agree within this %."
+        ),
     ] = 10.0,
     max_trials: Annotated[int, typer.Option("--max-trials", "-r", help="Windows per level at most.")] = 6,
     shape: Annotated[
@@ -179,7 +194,11 @@ def analyze(
     output_format: Annotated[Format, typer.Option("--format", help="table, json or csv.")] = Format.table,
     plot: Annotated[
         Path | None,
-        typer.Option("--plot", help="Write throughput against p99 per config (PNG; needs matplotlib).", show_default=False),
+        typer.Option(
+            "--plot",
+            help="Write throughput against p99 per config (PNG; needs matplotlib).",
+            show_default=False,
+        ),
     ] = None,
     output_dir: Annotated[
         Path | None,
@@ -190,7 +209,8 @@ def analyze(
         ),
     ] = None,
     link: Annotated[
-        bool, typer.Option("--link", help="With --output-dir: link the version folders instead of copying them.")
+        bool,
+        typer.Option("--link", help="With --output-dir: link the version folders instead of copying them."),
     ] = False,
     checkpoint: Annotated[
         Path | None,
@@ -201,7 +221,9 @@ def analyze(
             show_default=False,
         ),
     ] = None,
-    fresh: Annotated[bool, typer.Option("--fresh", help="Ignore the checkpoint: measure everything again.")] = False,
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="Ignore the checkpoint: measure everything again.")
+    ] = False,
 ) -> None:
     """Find the config with the most throughput under a p99 latency budget: instance count, max batch
     size, dynamic batching (preferred batch size, queue delay), python models in a process or in the
@@ -209,11 +231,11 @@ def analyze(
     tcli perf measures. Ctrl-C stops; the same command resumes."""
     from rich.console import Console
 
+    from server.backends.devices import visible_gpu_count
     from tcli.analyze.measure import InputOptions, MeasureOptions
     from tcli.analyze.results import Constraints
     from tcli.analyze.session import Plan, Session
     from tcli.analyze.space import Bounds
-    from server.backends.devices import visible_gpu_count
 
     if latency_budget is not None and latency_budget <= 0:
         raise CliError("--latency-budget must be more than 0 ms")
@@ -235,7 +257,9 @@ def analyze(
         raise CliError("--link goes with --output-dir")
     if url is None and repository is None:
         if not DEFAULT_REPOSITORY.is_dir():
-            raise CliError("no repository given and ./model_repository does not exist: pass the repository folder")
+            raise CliError(
+                "no repository given and ./model_repository does not exist: pass the repository folder"
+            )
         repository = DEFAULT_REPOSITORY
     if url is not None and output_dir is not None and repository is None:
         raise CliError(
@@ -243,7 +267,9 @@ def analyze(
             "from it"
         )
     if repository is not None and not repository.is_dir():
-        raise CliError(f"model repository '{repository}' is not a folder: pass the folder that holds the models")
+        raise CliError(
+            f"model repository '{repository}' is not a folder: pass the folder that holds the models"
+        )
     if url is None:
         assert repository is not None
         folder = repository / model_name
@@ -303,7 +329,11 @@ def analyze(
         _run(session, url, protocol.value)
     except KeyboardInterrupt:
         saved = session.checkpoint.path if session.checkpoint is not None else None
-        where = f"; the configs measured so far are in {saved}: run the same command again to resume" if saved else ""
+        where = (
+            f"; the configs measured so far are in {saved}: run the same command again to resume"
+            if saved
+            else ""
+        )
         raise CliError(f"interrupted{where}", INTERRUPTED_EXIT) from None
 
 
@@ -330,7 +360,9 @@ def _run(session: Session, url: str | None, protocol: str) -> None:
         folder = plan.repository / plan.model if plan.repository is not None else None
         names = composing_models(completed, backend, folder, plan.repository)
         if names:
-            kind = "an ensemble" if backend == "ensemble" or completed.platform == "ensemble" else "a BLS model"
+            kind = (
+                "an ensemble" if backend == "ensemble" or completed.platform == "ensemble" else "a BLS model"
+            )
             session.say(
                 f"model '{plan.model}' is {kind}: tcli analyze measures its composing models one by one, each "
                 f"on its own with {plan.inputs.input_data if plan.inputs.input_data in ('random', 'zero') else 'random'} "
@@ -344,7 +376,11 @@ def _run(session: Session, url: str | None, protocol: str) -> None:
             "where": plan.where,
             "mode": plan.mode,
             "measure": plan.measure.signature(),
-            "constraints": [plan.constraints.latency_budget_ms, plan.constraints.min_throughput, plan.constraints.objective],
+            "constraints": [
+                plan.constraints.latency_budget_ms,
+                plan.constraints.min_throughput,
+                plan.constraints.objective,
+            ],
             "bounds": repr(plan.bounds),
             "inputs": repr(plan.inputs),
         }

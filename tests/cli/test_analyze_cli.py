@@ -95,7 +95,9 @@ def analyze(repo: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProce
     return run_tcli("analyze", "-m", "sleepy", str(repo), *FAST, *args, cwd=tmp_path)
 
 
-def test_quick_finds_the_known_optimum_and_writes_a_repository_that_serves(repo: Path, tmp_path: Path) -> None:
+def test_quick_finds_the_known_optimum_and_writes_a_repository_that_serves(
+    repo: Path, tmp_path: Path
+) -> None:
     out, chart = tmp_path / "out", tmp_path / "sleepy.png"
     done = analyze(repo, tmp_path, *SPACE, "--output-dir", str(out), "--plot", str(chart))
     assert done.returncode == 0, done.stderr
@@ -130,7 +132,9 @@ def test_quick_finds_the_known_optimum_and_writes_a_repository_that_serves(repo:
 
 def test_brute_finds_the_same_optimum_and_a_rerun_resumes_everything(repo: Path, tmp_path: Path) -> None:
     checkpoint = tmp_path / "brute.json"
-    done = analyze(repo, tmp_path, *SPACE, "--mode", "brute", "--format", "json", "--checkpoint", str(checkpoint))
+    done = analyze(
+        repo, tmp_path, *SPACE, "--mode", "brute", "--format", "json", "--checkpoint", str(checkpoint)
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["search"] == "brute" and report["measured"] == 8 and report["resumed"] == 0
@@ -145,7 +149,9 @@ def test_brute_finds_the_same_optimum_and_a_rerun_resumes_everything(repo: Path,
     assert len(saved) == 8
 
     # the same command again: everything comes from the checkpoint, as CSV this time
-    again = analyze(repo, tmp_path, *SPACE, "--mode", "brute", "--format", "csv", "--checkpoint", str(checkpoint))
+    again = analyze(
+        repo, tmp_path, *SPACE, "--mode", "brute", "--format", "csv", "--checkpoint", str(checkpoint)
+    )
     assert again.returncode == 0, again.stderr
     rows = list(csv.DictReader(again.stdout.splitlines()))
     assert len(rows) == 8 and rows[0]["rank"] == "1"
@@ -214,7 +220,10 @@ def test_an_ensemble_is_analyzed_through_its_composing_models(repo: Path, tmp_pa
         "--output-dir", str(out), cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "model 'pipeline' is an ensemble: tcli analyze measures its composing models one by one" in done.stdout
+    assert (
+        "model 'pipeline' is an ensemble: tcli analyze measures its composing models one by one"
+        in done.stdout
+    )
     assert ": sleepy" in done.stdout and "best for sleepy:" in done.stdout
     assert (out / "pipeline" / "config.pbtxt").is_file() and (out / "sleepy" / "1" / "model.py").is_file()
     assert run_tcli("repo", "validate", str(out)).returncode == 0
@@ -223,7 +232,12 @@ def test_an_ensemble_is_analyzed_through_its_composing_models(repo: Path, tmp_pa
 @pytest.fixture
 def explicit_server(repo: Path) -> Iterator[Server]:
     settings = ServerSettings(
-        [repo], ControlMode.EXPLICIT, load_models=["sleepy"], http_port=0, allow_grpc=False, allow_metrics=False
+        [repo],
+        ControlMode.EXPLICIT,
+        load_models=["sleepy"],
+        http_port=0,
+        allow_grpc=False,
+        allow_metrics=False,
     )
     with Server(settings) as running:
         yield running
@@ -272,5 +286,12 @@ def test_bad_options_are_one_line_errors(repo: Path, tmp_path: Path, args: list[
 def test_help_names_the_options() -> None:
     done = run_tcli("analyze", "--help", cwd=ROOT)
     assert done.returncode == 0
-    for option in ("--latency-budget", "--min-throughput", "--objective", "--mode", "--output-dir", "--checkpoint"):
+    for option in (
+        "--latency-budget",
+        "--min-throughput",
+        "--objective",
+        "--mode",
+        "--output-dir",
+        "--checkpoint",
+    ):
         assert option in done.stdout

@@ -46,7 +46,9 @@ def test_space_from_a_python_config_and_its_bounds() -> None:
 
 
 def test_a_model_that_does_not_batch_stays_at_zero() -> None:
-    space = build_space(config(PYTHON_CONFIG.replace("max_batch_size: 1", "max_batch_size: 0")), "python", Bounds())
+    space = build_space(
+        config(PYTHON_CONFIG.replace("max_batch_size: 1", "max_batch_size: 0")), "python", Bounds()
+    )
     assert space.values["max_batch_size"] == [0]
     assert all(not c.dynamic_batching for c in space.candidates())
 
@@ -83,7 +85,11 @@ A_MS, B_MS = 8.0, 4.0
 def simulate(candidate: Candidate, concurrencies: list[int], budget: float) -> Measured:
     levels = []
     for c in concurrencies:
-        batch = min(candidate.max_batch_size, -(-c // candidate.instance_count)) if candidate.dynamic_batching else 1
+        batch = (
+            min(candidate.max_batch_size, -(-c // candidate.instance_count))
+            if candidate.dynamic_batching
+            else 1
+        )
         rounds = -(-c // (candidate.instance_count * batch))
         latency = (A_MS + B_MS * batch) * rounds
         throughput = c / latency * 1000.0
@@ -97,7 +103,9 @@ def simulate(candidate: Candidate, concurrencies: list[int], budget: float) -> M
 def test_search_finds_the_optimum_of_a_known_cost(mode: str) -> None:
     budget = 34.0
     space = build_space(
-        config(), "python", Bounds(max_instance_count=3, max_batch_size=16, queue_delays_us=[0], python_placement="server")
+        config(),
+        "python",
+        Bounds(max_instance_count=3, max_batch_size=16, queue_delays_us=[0], python_placement="server"),
     )
     constraints = Constraints(latency_budget_ms=budget)
     evaluate = lambda c: simulate(c, [1, 2, 4, 8, 16, 32], budget)  # noqa: E731
