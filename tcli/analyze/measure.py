@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 
 WARM_UP_MIN_S = 0.2
 WARM_UP_MAX_S = 1.0
-FLAT_GAIN = 0.05  # quick mode: a concurrency sweep stops once doubling the load gains less than this
+MAX_WINDOW_MS = 5000  # perf_analyzer's default window: no window is stretched past it
+FLAT_GAIN = 0.05  # quick mode: a concurrency sweep stops once doubling the load gains less than this,
+FLAT_LEVELS = 2  # for this many levels in a row
 
 
 @dataclass
@@ -44,10 +46,11 @@ class InputOptions:
 
 @dataclass
 class MeasureOptions:
-    measurement_ms: int = 500
+    measurement_ms: int = 200
     stability: float = 0.10
     max_trials: int = 6
     max_concurrency: int = 64
+    min_requests: int = 50  # a window holds at least this many requests at the first level
 
     def settings(self) -> Settings:
         from tcli.perf.profiler import Settings
@@ -74,6 +77,7 @@ class MeasureOptions:
             "stability": self.stability,
             "max_trials": self.max_trials,
             "max_concurrency": self.max_concurrency,
+            "min_requests": self.min_requests,
         }
 
 
@@ -102,10 +106,12 @@ def config_from_json(data: dict[str, Any]) -> ModelConfig:
     return from_json_dict(data)
 
 
-def warm_up(profiler: Profiler, concurrency: int) -> None:
+def warm_up(profiler: Profiler, concurrency: int, min_requests: int) -> None:
     """Serve the new config for a while before measuring, its answers dropped: a config just loaded
     answers its first requests slowly (threads and processes starting, the first inline executions),
-    and with short windows those would be its p99."""
+    and with short windows those would be its p99. The second half of the warm-up also tells how
+    fast the config answers at the first level: windows are stretched to hold `min_requests` there
+    (perf_analyzer's count-windows idea), so that a slow model's p99 is not one request's."""
     import gc
 
     # what loading built lives as long as the config: out of the collector's reach, or full collections
@@ -113,8 +119,30 @@ def warm_up(profiler: Profiler, concurrency: int) -> None:
     gc.freeze()
     seconds = min(WARM_UP_MAX_S, max(WARM_UP_MIN_S, profiler.settings.measurement_ms / 1000.0))
     profiler._set_load(concurrency)
-    time.sleep(seconds)
+    time.sleep(seconds / 2)
     profiler._collect()
+    began = time.monotonic()
+    time.sleep(seconds / 2)
+    answers, _ = profiler._collect()
+    if min_requests <= 0:
+        return
+    completed = sum(int(answer["completed"]) for answer in answers)
+    rate = completed / max(time.monotonic() - began, 1e-3)
+    needed_ms = 1000.0 * min_requests / rate if rate > 0 else MAX_WINDOW_MS
+    settings = profiler.settings
+    settings.measurement_ms = int(min(MAX_WINDOW_MS, max(settings.measurement_ms, needed_ms)))
+
+
+def _flat(levels: list[Level]) -> bool:
+    """Throughput stopped rising: the last FLAT_LEVELS levels each gained less than FLAT_GAIN over the
+    best before them (one level alone may be a noisy window)."""
+    if len(levels) <= FLAT_LEVELS:
+        return False
+    for index in range(len(levels) - FLAT_LEVELS, len(levels)):
+        before = max(level.throughput for level in levels[:index])
+        if levels[index].throughput >= before * (1 + FLAT_GAIN):
+            return False
+    return True
 
 
 def sweep(
@@ -122,10 +150,11 @@ def sweep(
     concurrencies: list[int],
     constraints: Constraints,
     stop_when_flat: bool,
+    min_requests: int = 0,
 ) -> list[Level]:
     """Measure rising concurrency levels; stop once the latency budget is passed (more load only
     adds latency), and in quick mode once throughput stops rising."""
-    warm_up(profiler, concurrencies[0])
+    warm_up(profiler, concurrencies[0], min_requests)
     levels: list[Level] = []
     for concurrency in concurrencies:
         result = profiler.measure(concurrency)
@@ -144,7 +173,7 @@ def sweep(
         levels.append(level)
         if constraints.latency_budget_ms is not None and level.p99_ms > constraints.latency_budget_ms:
             break
-        if stop_when_flat and len(levels) >= 2 and level.throughput < levels[-2].throughput * (1 + FLAT_GAIN):
+        if stop_when_flat and _flat(levels):
             break
     return levels
 
@@ -358,6 +387,6 @@ def measure_candidate(
     profiler = target.profiler(options.settings())
     try:
         profiler.start()
-        return sweep(profiler, options.concurrencies(), constraints, stop_when_flat)
+        return sweep(profiler, options.concurrencies(), constraints, stop_when_flat, options.min_requests)
     finally:
         profiler.close()

@@ -172,7 +172,14 @@ def analyze(
     ] = 64,
     measurement_interval: Annotated[
         int, typer.Option("--measurement-interval", "-p", help="Measurement window, in msec (as tcli perf).")
-    ] = 500,
+    ] = 200,
+    measurement_request_count: Annotated[
+        int,
+        typer.Option(
+            "--measurement-request-count",
+            help="Stretch windows (up to 5 s) to hold at least this many requests at concurrency 1; 0: never.",
+        ),
+    ] = 50,
     stability_percentage: Annotated[
         float,
         typer.Option(
@@ -251,6 +258,8 @@ def analyze(
         raise CliError("--measurement-interval must be more than 0 msec")
     if stability_percentage <= 0:
         raise CliError("--stability-percentage must be more than 0")
+    if measurement_request_count < 0:
+        raise CliError("--measurement-request-count must be 0 or more")
     if max_trials < 3:
         raise CliError("--max-trials must be 3 or more: stability compares the last 3 windows")
     if link and output_dir is None:
@@ -291,6 +300,7 @@ def analyze(
         stability=stability_percentage / 100.0,
         max_trials=max_trials,
         max_concurrency=max_concurrency,
+        min_requests=measurement_request_count,
     )
     bounds = Bounds(
         min_instance_count=min_instance_count,

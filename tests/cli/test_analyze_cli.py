@@ -68,7 +68,8 @@ ensemble_scheduling { step [ {
   input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" }
 } ] }
 """
-FAST = ["-p", "100", "-s", "1000", "-r", "5"]  # 100 ms windows; any three windows count as stable
+# 100 ms windows, never stretched; any three windows count as stable
+FAST = ["-p", "100", "--measurement-request-count", "0", "-s", "1000", "-r", "5"]
 SPACE = [
     "--latency-budget", "75",
     "--max-instance-count", "2",

@@ -157,3 +157,15 @@ def test_checkpoint_keeps_what_was_measured_and_refuses_another_analysis(tmp_pat
         Checkpoint(path, {"model": "other"})
     assert Checkpoint(path, {"model": "other"}, fresh=True).entries == {}
     assert json.loads(path.read_text())["signature"] == {"model": "m"}
+
+
+def test_a_sweep_is_flat_after_two_levels_that_do_not_rise() -> None:
+    from tcli.analyze.measure import _flat
+
+    def levels(*throughputs: float) -> list[Level]:
+        return [Level(2**k, value, 1.0, 1.0) for k, value in enumerate(throughputs)]
+
+    assert not _flat(levels(100, 200))
+    assert not _flat(levels(100, 200, 195, 400))  # one noisy level does not end the sweep
+    assert not _flat(levels(100, 200, 195))
+    assert _flat(levels(100, 200, 195, 204))  # two levels in a row within 5% of the best before them
