@@ -99,6 +99,7 @@ class Choice:
     seconds: float
     config: Path  # the chosen config.pbtxt
     summary: str  # what it chose, in its own words
+    reused: bool = False  # Model Analyzer's run taken from a kept work folder, not run again
 
 
 def describe(config_text: str) -> str:
@@ -129,7 +130,8 @@ def run_model_analyzer(work: Path) -> Choice | None:
         )
         return None
     repo, out = work / "ma-repo", work / "ma-output"
-    write_model(repo)
+    if not repo.exists():
+        write_model(repo)
     command = [
         str(tool), "profile",
         "--model-repository", str(repo),
@@ -146,17 +148,23 @@ def run_model_analyzer(work: Path) -> Choice | None:
         "--override-output-model-repository",
         "--checkpoint-directory", str(work / "ma-checkpoints"),
         "--export-path", str(work / "ma-export"),
-        "--skip-summary-reports",
     ]  # fmt: skip
-    (work / "ma-export").mkdir()
-    log("analyze: Model Analyzer 1.58, brute, against real Triton 2.51 (a few minutes)")
-    began = time.monotonic()
-    done = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=MA_TIMEOUT_S)
-    seconds = time.monotonic() - began
-    (work / "ma.log").write_text(done.stdout + done.stderr)
-    if done.returncode != 0:
-        log(f"analyze: Model Analyzer failed ({done.returncode}): {(done.stdout + done.stderr)[-800:]}")
-        return None
+    timing = work / "ma-seconds.txt"
+    reused = timing.exists()
+    if reused:  # a kept work folder (ANALYZE_BENCH_DIR) that already holds Model Analyzer's run
+        seconds = float(timing.read_text())
+        log(f"analyze: reusing Model Analyzer's run in {work} ({seconds:.0f} s)")
+    else:
+        (work / "ma-export").mkdir(exist_ok=True)
+        log("analyze: Model Analyzer 1.58, brute, against real Triton 2.51 (several minutes)")
+        began = time.monotonic()
+        done = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=MA_TIMEOUT_S)
+        seconds = time.monotonic() - began
+        (work / "ma.log").write_text(done.stdout + done.stderr)
+        if done.returncode != 0:
+            log(f"analyze: Model Analyzer failed ({done.returncode}): {(done.stdout + done.stderr)[-800:]}")
+            return None
+        timing.write_text(f"{seconds:.1f}")
     results = work / "ma-export" / "results" / "metrics-model-inference.csv"
     with results.open() as handle:
         rows = list(csv.DictReader(handle))
@@ -170,11 +178,15 @@ def run_model_analyzer(work: Path) -> Choice | None:
         config,
         f"{describe(config.read_text())} ({variant}, {float(best['Throughput (infer/sec)']):,.0f}/s at "
         f"c={best['Concurrency']} by its own measure)",
+        reused,
     )
 
 
 def run_tcli_analyze(work: Path, tag: str, extra: list[str]) -> Choice | None:
     repo, out = work / f"{tag}-repo", work / f"{tag}-out"
+    for stale in (repo, out):  # a kept work folder: tcli's side is always measured afresh
+        shutil.rmtree(stale, ignore_errors=True)
+    (work / f"{tag}.checkpoint.json").unlink(missing_ok=True)
     write_model(repo)
     command = [
         str(TCLI), "analyze", "-m", MODEL, str(repo),
@@ -206,6 +218,7 @@ def serve_and_measure(work: Path, choices: dict[str, Choice], windows: Windows) 
     from tritonclient.grpc import model_config_pb2
 
     repo = work / "measure-repo"
+    shutil.rmtree(repo, ignore_errors=True)
     for tag, choice in choices.items():
         folder = write_model(repo, tag)
         config = text_format.Parse(choice.config.read_text(), model_config_pb2.ModelConfig())
@@ -234,7 +247,7 @@ def serve_and_measure(work: Path, choices: dict[str, Choice], windows: Windows) 
 
 def rows(ctx: Context) -> list[Row]:
     work = ctx.workdir / "analyze"
-    work.mkdir()
+    work.mkdir(exist_ok=True)
     ma = run_model_analyzer(work)
     quick = run_tcli_analyze(work, "tcli-quick", [])
     brute = run_tcli_analyze(
@@ -284,7 +297,9 @@ def rows(ctx: Context) -> list[Row]:
             value,
             target,
             at_least(value, TIME_TARGET) if target != "info" else None,
-            "same model, budget and bounds; MA brute (real Triton 2.51 + perf_analyzer 2.51), "
+            "same model, budget and bounds; MA brute (real Triton 2.51 + perf_analyzer 2.51"
+            + (", its run taken from the kept work folder" if ma and ma.reused else "")
+            + "), "
             + ("tcli quick (its default)" if tag == "tcli" else "tcli brute over MA's space"),
         )
 
