@@ -81,6 +81,17 @@ def _best_text(rows: list[Row]) -> str:
     return "no config meets the constraints yet"
 
 
+def _counts(report: outputs.Report) -> str:
+    measured_now = len(report.rows) - report.resumed
+    text = f"{len(report.rows)} configs"
+    if report.resumed:
+        return (
+            text
+            + f", {measured_now} measured in {report.seconds:.1f} s, {report.resumed} from the checkpoint"
+        )
+    return text + f" in {report.seconds:.1f} s"
+
+
 class Session:
     def __init__(self, plan: Plan, console: Console, err: Console) -> None:
         self.plan = plan
@@ -189,8 +200,7 @@ class Session:
             point = best.point
             self.say(
                 f"best for {result.name}: {best.candidate.label()}: {point.throughput:.1f} infer/s at "
-                f"concurrency {point.concurrency}, p99 {point.p99_ms:.2f} ms "
-                f"({len(report.rows)} configs in {report.seconds:.1f} s)"
+                f"concurrency {point.concurrency}, p99 {point.p99_ms:.2f} ms ({_counts(report)})"
             )
 
     def miss_message(self, result: ModelResult) -> str:
