@@ -169,3 +169,21 @@ def test_a_sweep_is_flat_after_two_levels_that_do_not_rise() -> None:
     assert not _flat(levels(100, 200, 195, 400))  # one noisy level does not end the sweep
     assert not _flat(levels(100, 200, 195))
     assert _flat(levels(100, 200, 195, 204))  # two levels in a row within 5% of the best before them
+
+
+def test_latency_objective_takes_the_lowest_p99_that_reaches_the_throughput() -> None:
+    constraints = Constraints(min_throughput=500.0, objective="latency")
+    fast = Measured(Candidate(2, 8, True), [Level(4, 400.0, 2.0, 3.0), Level(8, 900.0, 4.0, 6.0)])
+    slow = Measured(Candidate(1, 8, True), [Level(8, 600.0, 6.0, 9.0)])
+    rows = rank([slow, fast], constraints, Candidate(1, 1))
+    assert rows[0].candidate == fast.candidate and rows[0].point == fast.levels[1]  # 400/s is too few
+    assert rows[1].candidate == slow.candidate and rows[1].rank == 2
+
+
+def test_instance_kind_is_a_dimension_only_where_a_gpu_exists() -> None:
+    onnx = config(PYTHON_CONFIG.replace('backend: "python"', 'platform: "onnxruntime_onnx"'))
+    assert build_space(onnx, "onnxruntime", Bounds()).values["kind"] == ["KIND_CPU"]
+    assert build_space(onnx, "onnxruntime", Bounds(gpu_count=1)).values["kind"] == ["KIND_CPU", "KIND_GPU"]
+    assert build_space(config(), "python", Bounds(gpu_count=1)).values["kind"] == ["KIND_CPU"]
+    (group,) = apply(onnx, Candidate(1, 4, kind="KIND_GPU")).instance_group
+    assert group.kind == 1  # KIND_GPU
