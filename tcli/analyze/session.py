@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +15,7 @@ from tcli.analyze.checkpoint import Checkpoint
 from tcli.analyze.measure import InputOptions, MeasureOptions, Target, backend_of, measure_candidate
 from tcli.analyze.results import Constraints, Measured, Row, rank
 from tcli.analyze.search import Outcome, brute, quick, quick_estimate
-from tcli.analyze.space import Bounds, Candidate, Space, apply, build_space
+from tcli.analyze.space import Bounds, Candidate, apply, build_space
 from tcli.errors import CliError
 
 if TYPE_CHECKING:
@@ -49,7 +48,6 @@ class ModelResult:
     report: outputs.Report
     raw: Any  # ModelConfig
     best: Row | None
-    notes: list[str] = field(default_factory=list)
 
 
 def raw_config(repository: Path | None, name: str, completed: ModelConfig) -> ModelConfig:
@@ -68,10 +66,6 @@ def raw_config(repository: Path | None, name: str, completed: ModelConfig) -> Mo
     if not config.name:
         config.name = name
     return config
-
-
-def _space_signature(space: Space) -> dict[str, Any]:
-    return {key: [str(v) for v in values] for key, values in space.values.items()}
 
 
 def _best_text(rows: list[Row]) -> str:
@@ -229,15 +223,3 @@ class Session:
         self.say(f"wrote {written} (valid: checked as tcli repo validate checks it)")
         for line in outputs.config_diff(result.raw, best_config, before, str(written)):
             self.say(line.replace("[", "\\["))
-
-
-def run_models(
-    session: Session,
-    names: list[str],
-    target_for: Callable[[str], Target],
-) -> list[ModelResult]:
-    results = []
-    for name in names:
-        target = target_for(name)
-        results.append(session.analyze(target, name))
-    return results

@@ -349,20 +349,28 @@ def analyze(
 
 def _run(session: Session, url: str | None, protocol: str) -> None:
     from tcli.analyze.composing import composing_models
-    from tcli.analyze.measure import InProcessTarget, RemoteTarget, Target, backend_of, start_inprocess
+    from tcli.analyze.measure import (
+        InProcessTarget,
+        InputOptions,
+        RemoteTarget,
+        Target,
+        backend_of,
+        start_inprocess,
+    )
     from tcli.analyze.outputs import copy_model
 
     plan = session.plan
-    server = start_inprocess(plan.repository) if url is None else None  # type: ignore[arg-type]
+    repository = plan.repository
+    server = start_inprocess(repository) if url is None and repository is not None else None
 
-    def target_for(name: str, inputs: object = None) -> Target:
+    def target_for(name: str, inputs: InputOptions | None = None) -> Target:
         chosen = inputs if inputs is not None else plan.inputs
-        if server is not None:
-            assert plan.repository is not None
-            return InProcessTarget(server, plan.repository, name, chosen)  # type: ignore[arg-type]
+        if server is not None and repository is not None:
+            return InProcessTarget(server, repository, name, chosen)
         assert url is not None
-        return RemoteTarget(url, protocol, name, chosen)  # type: ignore[arg-type]
+        return RemoteTarget(url, protocol, name, chosen)
 
+    top: Target | None = None
     try:
         top = target_for(plan.model)
         completed = top.completed_config()
@@ -395,8 +403,6 @@ def _run(session: Session, url: str | None, protocol: str) -> None:
             "inputs": repr(plan.inputs),
         }
         session.checkpoint = session.open_checkpoint(signature)
-        from tcli.analyze.measure import InputOptions
-
         failures: list[str] = []
         results = []
         for name in names:
@@ -434,8 +440,7 @@ def _run(session: Session, url: str | None, protocol: str) -> None:
                 copy_model(plan.output_dir, plan.repository / plan.model, plan.link)
                 session.say(f"copied {plan.model} unchanged beside its composing models")
     finally:
-        top_target = locals().get("top")
-        if top_target is not None:
-            top_target.close()
+        if top is not None:
+            top.close()
         if server is not None:
             server.stop()

@@ -1,16 +1,20 @@
 """`tcli analyze` as a user runs it, on a python model whose cost is known: each execution of n
-requests sleeps 16 + 8n ms. With a 3 ms queue delay a batch forms once full, so within a 75 ms p99
+requests sleeps 16 + 8n ms. With a 3 ms queue delay a batch forms once full, so within a 70 ms p99
 budget (concurrency 1, 2, 4, 8, 16; at most 2 instances and max batch size 8):
 - 2 instances x max batch 4 at concurrency 8 run a full batch each, 16 + 32 = 48 ms: 167 infer/s;
   at concurrency 16 they need two rounds, 96 ms;
 - a batch of 8 takes 80 ms, over the budget whatever the concurrency, so max batch 8 is best where
   its batches are 4 or fewer: at most as good as max batch 4 (a tie goes to the smaller);
-- max batch 2 reaches 8 / (2 x 32 ms) = 125/s, one instance x 4 reaches 4 / 48 ms = 83/s.
-So the optimum is 2 instances, max batch size 4, a quarter ahead of the next, and its p99 (48 ms and
-the machine's noise) far inside the budget. Max batch 8 reaches the same optimum at concurrency 8 when
-the batcher hands each instance 4 of the 8 requests; the two then measure within the noise, and the
-tie goes to max batch 4 unless one window's noise parts them by more than 10%: both are accepted. Windows are short and the stability band wide so that
-each level takes three windows; no test asserts a speed."""
+- max batch 2 needs two rounds of 32 ms at concurrency 8 (64 ms and the machine's overhead: at the
+  budget), so at best 8 / 64 ms = 125/s; one instance x 4 reaches 4 / 48 ms = 83/s.
+So the optimum is 2 instances, max batch size 4, a quarter or more ahead of the next, and its p99
+(48 ms and the machine's noise) well inside the budget. Max batch 8 reaches the same optimum at
+concurrency 8 when the batcher hands each instance 4 of the 8 requests; the two then measure within
+the noise, and the tie goes to max batch 4 unless one window's noise parts them by more than 10%:
+both are accepted. The instances run in processes of their own: in the server process they share
+the GIL with the in-process load generator, which adds milliseconds of noise to every p99.
+Windows are short and the stability band wide so that each level takes three windows; no test
+asserts a speed."""
 
 from __future__ import annotations
 
@@ -74,12 +78,12 @@ ensemble_scheduling { step [ {
 # 100 ms windows, never stretched; any three windows count as stable
 FAST = ["-p", "100", "--measurement-request-count", "0", "-s", "1000", "-r", "5"]
 SPACE = [
-    "--latency-budget", "75",
+    "--latency-budget", "70",
     "--max-instance-count", "2",
     "--max-batch-size", "8",
     "--dynamic-batching", "on",
     "--queue-delays", "3000",
-    "--python-placement", "server",
+    "--python-placement", "process",
     "--max-concurrency", "16",
 ]  # fmt: skip
 
@@ -112,9 +116,9 @@ def test_quick_finds_the_known_optimum_and_writes_a_repository_that_serves(
     done = analyze(repo, tmp_path, *SPACE, "--output-dir", str(out), "--plot", str(chart))
     assert done.returncode == 0, done.stderr
     text = done.stdout
-    assert "quick search" in text and "p99 <= 75 ms" in text
+    assert "quick search" in text and "p99 <= 70 ms" in text
     found = re.search(
-        r"best for sleepy: (\d) x batch (\d), dynamic \(delay 3000 µs\), in-server: [\d.]+ infer/s at "
+        r"best for sleepy: (\d) x batch (\d), dynamic \(delay 3000 µs\), process: [\d.]+ infer/s at "
         r"concurrency (\d+)",
         text,
     )
@@ -132,7 +136,7 @@ def test_quick_finds_the_known_optimum_and_writes_a_repository_that_serves(
     written = (out / "sleepy" / "config.pbtxt").read_text()
     assert f"max_batch_size: {batch}" in written and "count: 2" in written
     assert "max_queue_delay_microseconds: 3000" in written
-    assert 'key: "TCLI_INSTANCE_PROCESS"' in written and 'string_value: "false"' in written
+    assert 'key: "TCLI_INSTANCE_PROCESS"' in written and 'string_value: "true"' in written
     assert (out / "sleepy" / "1" / "model.py").read_text() == SLEEPY_MODEL
     assert f"wrote {out / 'sleepy' / 'config.pbtxt'} (valid" in text
     assert f"-  max_batch_size: 1\n+  max_batch_size: {batch}" in text
@@ -162,7 +166,7 @@ def test_brute_finds_the_same_optimum_and_a_rerun_resumes_everything(repo: Path,
     assert is_optimum(best["instance_count"], best["max_batch_size"], report["best"]["concurrency"]), (
         done.stdout
     )
-    assert report["best"]["meets"] and report["best"]["p99_ms"] <= 75
+    assert report["best"]["meets"] and report["best"]["p99_ms"] <= 70
     configs = report["configs"]
     assert configs[0] == report["best"] and sum(c["front"] for c in configs) >= 1
     for row in configs:

@@ -187,3 +187,21 @@ def test_instance_kind_is_a_dimension_only_where_a_gpu_exists() -> None:
     assert build_space(config(), "python", Bounds(gpu_count=1)).values["kind"] == ["KIND_CPU"]
     (group,) = apply(onnx, Candidate(1, 4, kind="KIND_GPU")).instance_group
     assert group.kind == 1  # KIND_GPU
+
+
+def test_a_bls_model_names_the_models_it_calls(tmp_path: Path) -> None:
+    from tcli.analyze.composing import bls_targets
+
+    for name in ("pipeline", "plain", "sleepy", "other"):
+        (tmp_path / name / "1").mkdir(parents=True)
+    (tmp_path / "pipeline" / "1" / "model.py").write_text(
+        "import triton_python_backend_utils as pb_utils\n"
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        '        request = pb_utils.InferenceRequest(model_name="sleepy", requested_output_names=["OUT"],\n'
+        "                                            inputs=[])\n"
+        '        return [request.exec()] + ["not-a-model"]\n'
+    )
+    (tmp_path / "plain" / "1" / "model.py").write_text('NAME = "sleepy"\n')  # names a model, calls none
+    assert bls_targets(tmp_path / "pipeline", tmp_path) == ["sleepy"]
+    assert bls_targets(tmp_path / "plain", tmp_path) == []
