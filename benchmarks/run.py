@@ -53,6 +53,10 @@ Scenarios (--only names in brackets; benchmarks/NOTES.md says what each measures
   13 [hop]       add_sub in its own process against in the server process, one HTTP client,
                 alternately (process_hop_cost.py): (a) the server's CPU per request at most 50 µs
                 more in the default path; (b) the instance process's CPU per request <= 80 µs.
+  14 [analyze]   (opt-in: --only analyze; about 7 minutes) tcli analyze against Model Analyzer 1.58
+                in brute mode on a python model sleeping 2 + 0.25n ms, 20 ms p99 budget: the best
+                config's throughput under real perf_analyzer >= 1.00 of MA's, wall time <= 1/5 of
+                MA's (benchmarks/analyze_vs_ma.py, which also runs on its own).
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable f
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import (
+    analyze_vs_ma,
     batching,
     cache,
     digits_batching,
@@ -107,7 +112,9 @@ SCENARIOS = (
     "cache",
     "tracing",
     "hop",
+    "analyze",
 )
+OPT_IN = ("analyze",)  # run only when --only names them (Model Analyzer takes minutes of both cores)
 # scenarios that start their own servers, in the order they run
 STANDALONE: dict[str, Callable[[Context], list[Row]]] = {
     "hop": process_hop_cost.rows,
@@ -118,6 +125,7 @@ STANDALONE: dict[str, Callable[[Context], list[Row]]] = {
     "inprocess": inprocess.rows,
     "cache": cache.rows,
     "tracing": tracing_cost.rows,
+    "analyze": analyze_vs_ma.rows,
 }
 # scenario 5: the server on core 0, each load generator on core 1 (see NOTES.md)
 SERVER_CPUS, CLIENT_CPUS = [0], [1]
@@ -129,7 +137,9 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="short windows and one round (under 2 minutes)")
     parser.add_argument(
-        "--only", default=",".join(SCENARIOS), help=f"comma-separated subset of {', '.join(SCENARIOS)}"
+        "--only",
+        default=",".join(s for s in SCENARIOS if s not in OPT_IN),
+        help=f"comma-separated subset of {', '.join(SCENARIOS)}",
     )
     parser.add_argument(
         "--rounds", type=int, help="measurements per side of each comparison (default 2, --quick 1)"

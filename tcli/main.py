@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from tcli.commands import infer, model, perf, repo, serve, trace
+from tcli.commands import analyze, infer, model, perf, repo, serve, trace
 
 app = typer.Typer(
     name="tcli",
@@ -25,6 +25,7 @@ app.add_typer(trace.app, name="trace")
 app.registered_commands += serve.app.registered_commands
 app.registered_commands += infer.app.registered_commands
 app.registered_commands += perf.app.registered_commands
+app.registered_commands += analyze.app.registered_commands
 
 
 def run(command: Any = None, prog_name: str | None = None) -> None:

@@ -66,6 +66,7 @@ DOCUMENTED: dict[str, str] = {
     "rich.console": "https://rich.readthedocs.io/en/stable/reference/console.html",
     "rich.live": "https://rich.readthedocs.io/en/stable/reference/live.html",
     "rich.markup": "https://rich.readthedocs.io/en/stable/reference/markup.html",
+    "rich.progress": "https://rich.readthedocs.io/en/stable/reference/progress.html",
     "rich.progress_bar": "https://rich.readthedocs.io/en/stable/reference/progress_bar.html",
     "rich.table": "https://rich.readthedocs.io/en/stable/reference/table.html",
     "rich.text": "https://rich.readthedocs.io/en/stable/reference/text.html",

@@ -1,0 +1,410 @@
+"""Where candidates are measured, and how: a target loads a candidate's config as a variant of the
+model through model control (no restart), then perf's profiler sweeps concurrency over it.
+
+- InProcessTarget (the default): tcli's server inside this process (tcli.inprocess, EXPLICIT model
+  control) and the in-process load generator (load.py): no socket, no process restart.
+- RemoteTarget (`-u URL`): a running server in EXPLICIT mode, loaded through its repository API, and
+  perf's load generator processes over HTTP or gRPC. The model's own config is loaded back at the end.
+
+Both measure with `tcli perf`'s windows and stability rule and its input options.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tcli.analyze.results import Constraints, Level
+from tcli.errors import CliError
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from tcli.perf.profiler import Profiler, Settings
+
+WARM_UP_MIN_S = 0.2
+WARM_UP_MAX_S = 1.0
+MAX_WINDOW_MS = 5000  # perf_analyzer's default window: no window is stretched past it
+FLAT_GAIN = 0.05  # quick mode: a concurrency sweep stops once doubling the load gains less than this,
+FLAT_LEVELS = 2  # for this many levels in a row
+RETRIES_PER_SWEEP = 2  # levels over the budget measured once more (a sweep ends at one over it)
+
+
+@dataclass
+class InputOptions:
+    """`tcli perf`'s input options."""
+
+    shapes: list[str] = field(default_factory=list)
+    input_data: str = "random"
+    string_length: int = 128
+    string_data: str | None = None
+    composing: bool = False  # a composing model: --shape options naming other models' inputs are dropped
+
+
+@dataclass
+class MeasureOptions:
+    measurement_ms: int = 200
+    stability: float = 0.10
+    max_trials: int = 6
+    max_concurrency: int = 64
+    min_requests: int = 50  # a window holds at least this many requests at the first level
+
+    def settings(self) -> Settings:
+        from tcli.perf.profiler import Settings
+
+        return Settings(
+            mode="concurrency",
+            measurement_ms=self.measurement_ms,
+            stability=self.stability,
+            max_trials=self.max_trials,
+            async_mode=False,
+        )
+
+    def concurrencies(self) -> list[int]:
+        """1, 2, 4, ... up to --max-concurrency (itself included)."""
+        values, value = [], 1
+        while value < self.max_concurrency:
+            values.append(value)
+            value *= 2
+        return [*values, self.max_concurrency]
+
+    def signature(self) -> dict[str, Any]:
+        return {
+            "measurement_ms": self.measurement_ms,
+            "stability": self.stability,
+            "max_trials": self.max_trials,
+            "max_concurrency": self.max_concurrency,
+            "min_requests": self.min_requests,
+        }
+
+
+def backend_of(config: ModelConfig) -> str:
+    """The backend a completed config names (platforms mapped as Triton maps them)."""
+    if config.backend:
+        return config.backend
+    platforms = {
+        "onnxruntime_onnx": "onnxruntime",
+        "pytorch_libtorch": "pytorch",
+        "tensorrt_plan": "tensorrt",
+        "ensemble": "ensemble",
+    }
+    return platforms.get(config.platform, config.platform)
+
+
+def config_json(config: ModelConfig) -> str:
+    from server.protocol.config_json import to_json_dict
+
+    return json.dumps(to_json_dict(config))
+
+
+def config_from_json(data: dict[str, Any]) -> ModelConfig:
+    from server.protocol.config_json import from_json_dict
+
+    return from_json_dict(data)
+
+
+def warm_up(profiler: Profiler, concurrency: int, min_requests: int) -> None:
+    """Serve the new config for a while before measuring, its answers dropped: a config just loaded
+    answers its first requests slowly (threads and processes starting, the first inline executions),
+    and with short windows those would be its p99. The second half of the warm-up also tells how
+    fast the config answers at the first level: windows are stretched to hold `min_requests` there
+    (perf_analyzer's count-windows idea), so that a slow model's p99 is not one request's."""
+    import gc
+
+    # what loading built lives as long as the config: out of the collector's reach, or full collections
+    # (in this process, with the server in it) stall requests by 10 ms and more: every p99 (measured)
+    gc.freeze()
+    seconds = min(WARM_UP_MAX_S, max(WARM_UP_MIN_S, profiler.settings.measurement_ms / 1000.0))
+    profiler._set_load(concurrency)
+    time.sleep(seconds / 2)
+    profiler._collect()
+    began = time.monotonic()
+    time.sleep(seconds / 2)
+    answers, _ = profiler._collect()
+    if min_requests <= 0:
+        return
+    completed = sum(int(answer["completed"]) for answer in answers)
+    rate = completed / max(time.monotonic() - began, 1e-3)
+    needed_ms = 1000.0 * min_requests / rate if rate > 0 else MAX_WINDOW_MS
+    settings = profiler.settings
+    settings.measurement_ms = int(min(MAX_WINDOW_MS, max(settings.measurement_ms, needed_ms)))
+
+
+def _flat(levels: list[Level]) -> bool:
+    """Throughput stopped rising: the last FLAT_LEVELS levels each gained less than FLAT_GAIN over the
+    best before them (one level alone may be a noisy window)."""
+    if len(levels) <= FLAT_LEVELS:
+        return False
+    for index in range(len(levels) - FLAT_LEVELS, len(levels)):
+        before = max(level.throughput for level in levels[:index])
+        if levels[index].throughput >= before * (1 + FLAT_GAIN):
+            return False
+    return True
+
+
+def _measure_level(profiler: Profiler, concurrency: int) -> Level:
+    result = profiler.measure(concurrency)
+    if result.interrupted:
+        raise KeyboardInterrupt
+    if result.latency is None:  # nothing answered within the windows
+        return Level(concurrency, 0.0, math.inf, math.inf, stable=False)
+    return Level(
+        concurrency,
+        result.client.infer_per_sec,
+        result.latency.percentiles_ns[50] / 1e6,
+        result.latency.percentiles_ns[99] / 1e6,
+        stable=result.stable,
+    )
+
+
+def _over_budget(level: Level, constraints: Constraints) -> bool:
+    return constraints.latency_budget_ms is not None and level.p99_ms > constraints.latency_budget_ms
+
+
+def sweep(
+    profiler: Profiler,
+    concurrencies: list[int],
+    constraints: Constraints,
+    stop_when_flat: bool,
+    min_requests: int = 0,
+) -> list[Level]:
+    """Measure rising concurrency levels; stop once the latency budget is passed (more load only
+    adds latency; a level over it is measured once more first, up to RETRIES_PER_SWEEP times), and in
+    quick mode once throughput stops rising."""
+    warm_up(profiler, concurrencies[0], min_requests)
+    levels: list[Level] = []
+    retries = RETRIES_PER_SWEEP
+    for concurrency in concurrencies:
+        level = _measure_level(profiler, concurrency)
+        over = _over_budget(level, constraints)
+        if over and retries > 0 and level.throughput > 0:
+            # once more before the sweep ends there: a stall of a busy machine in one window is the p99 of
+            # a short level, and would end the config's sweep for good
+            retries -= 1
+            again = _measure_level(profiler, concurrency)
+            level = min(level, again, key=lambda measured: measured.p99_ms)
+            over = _over_budget(level, constraints)
+        levels.append(level)
+        if level.throughput == 0 or over:
+            break
+        if stop_when_flat and _flat(levels):
+            break
+    return levels
+
+
+class Target:
+    """A server the candidates are loaded into and measured on."""
+
+    name: str  # the model
+    where: str  # for the checkpoint: "in-process" or the URL
+
+    def completed_config(self) -> ModelConfig:
+        """The model's config as the server completed it (the model's own, before any candidate)."""
+        raise NotImplementedError
+
+    def check(self) -> None:
+        """Refuse a model tcli analyze cannot measure (sequence, decoupled)."""
+        raise NotImplementedError
+
+    def load(self, config: ModelConfig) -> None:
+        raise NotImplementedError
+
+    def profiler(self, settings: Settings) -> Profiler:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+def _model_info(name: str, metadata: dict[str, Any], config: dict[str, Any]) -> Any:
+    from tcli.perf.model import model_info
+
+    return model_info(name, "", metadata, config)
+
+
+def _streams(info: Any, inputs: InputOptions) -> list[list[Any]]:
+    from tcli.perf.data import from_json_file, synthetic
+    from tcli.perf.model import resolve_shapes
+
+    user_data = inputs.input_data not in ("random", "zero")
+    shapes = inputs.shapes
+    if inputs.composing:
+        names = {spec.name for spec in info.inputs}
+        shapes = [text for text in shapes if text.rpartition(":")[0] in names]
+    resolved = resolve_shapes(info, shapes, allow_variable=user_data)
+    if user_data:
+        path = Path(inputs.input_data)
+        if path.is_dir():
+            raise CliError(
+                f"--input-data '{inputs.input_data}' is a directory: give random, zero or a JSON file"
+            )
+        return from_json_file(path, info, resolved)
+    return synthetic(info, resolved, inputs.input_data, inputs.string_length, inputs.string_data)
+
+
+def _refused(name: str, info: Any) -> None:
+    if info.sequence:
+        raise CliError(
+            f"model '{name}' uses the sequence batcher: tcli analyze measures stateless models "
+            "(measure it with tcli perf)"
+        )
+    if info.decoupled:
+        raise CliError(
+            f"model '{name}' is decoupled (several responses per request): tcli analyze measures one "
+            "response per request"
+        )
+
+
+def start_inprocess(repository: Path) -> Any:
+    """tcli's server in this process, in EXPLICIT mode (candidates are loaded one at a time)."""
+    import tcli.inprocess as tritonserver
+
+    server = tritonserver.Server(
+        model_repository=str(repository),
+        model_control_mode=tritonserver.ModelControlMode.EXPLICIT,
+        exit_on_error=False,
+        exit_timeout=5,
+    )
+    try:
+        server.start()
+    except tritonserver.TritonError as exc:
+        raise CliError(f"cannot start the in-process server on {repository}: {exc}") from None
+    return server
+
+
+class InProcessTarget(Target):
+    def __init__(self, server: Any, repository: Path, name: str, inputs: InputOptions) -> None:
+        import tcli.inprocess as tritonserver
+
+        self.name = name
+        self.where = "in-process"
+        self.server = server
+        self.inputs = inputs
+        self.requests: list[dict[str, Any]] | None = None
+        try:
+            server.load(name)
+        except tritonserver.TritonError as exc:
+            raise CliError(f"model '{name}' failed to load from {repository}: {exc}") from None
+        self.model = server.model(name)
+        config = self.model.config()
+        self._completed = config_from_json(config)
+        self.info = _model_info(name, self.model.metadata(), config)
+
+    def check(self) -> None:
+        _refused(self.name, self.info)
+
+    def completed_config(self) -> ModelConfig:
+        return self._completed
+
+    def load(self, config: ModelConfig) -> None:
+        self.server.load(self.name, {"config": config_json(config)})
+
+    def profiler(self, settings: Settings) -> Profiler:
+        from tcli.analyze.load import InProcessProfiler, step_inputs
+
+        if self.requests is None:
+            batched = self.info.max_batch_size > 0
+            self.requests = [
+                step_inputs(step, batched) for stream in _streams(self.info, self.inputs) for step in stream
+            ]
+        return InProcessProfiler(self.model, self.requests, settings)
+
+    def close(self) -> None:
+        pass  # the server is the caller's
+
+
+class RemoteTarget(Target):
+    def __init__(self, url: str, protocol: str, name: str, inputs: InputOptions) -> None:
+        from tcli.client import connect
+        from tcli.client.types import ClientError
+
+        self.name = name
+        self.where = url
+        self.url = url
+        self.protocol = protocol
+        self.inputs = inputs
+        self.loaded_variant = False
+        try:
+            self.client = connect(url, protocol, timeout=120.0)
+            metadata = self.client.model_metadata(name, "")
+            config = self.client.model_config(name, "")
+        except ClientError as exc:
+            raise CliError(f"-u {url}: model '{name}': {exc.message}") from None
+        self._completed = config_from_json(config)
+        self.info = _model_info(name, metadata, config)
+
+    def check(self) -> None:
+        _refused(self.name, self.info)
+
+    def completed_config(self) -> ModelConfig:
+        return self._completed
+
+    def load(self, config: ModelConfig) -> None:
+        from tcli.client.types import ClientError
+
+        try:
+            self.client.load_model(self.name, config_json(config))
+        except ClientError as exc:
+            if not self.loaded_variant and "explicit" in exc.message.lower():
+                raise CliError(
+                    f"-u {self.url}: the server refuses to load models ({exc.message}); start it with "
+                    "--model-control-mode explicit so that tcli analyze can load each config"
+                ) from None
+            raise
+        self.loaded_variant = True
+
+    def profiler(self, settings: Settings) -> Profiler:
+        from tcli.perf.prepare import build_spec
+        from tcli.perf.profiler import Profiler
+
+        spec = build_spec(
+            self.info,
+            self.protocol,
+            self.url,
+            1,
+            self.inputs.shapes,
+            self.inputs.input_data,
+            self.inputs.string_length,
+            self.inputs.string_data,
+            [],
+            False,
+            None,
+            20.0,
+            1,
+            0,
+            4,
+        )
+        settings.processes = 1
+        return Profiler(spec, settings, None, (self.name, ""), {})
+
+    def close(self) -> None:
+        from tcli.client.types import ClientError
+
+        try:
+            if self.loaded_variant:  # back to the model's own config, read from the repository
+                self.client.load_model(self.name)
+        except ClientError:
+            pass
+        finally:
+            self.client.close()
+
+
+def measure_candidate(
+    target: Target,
+    config: ModelConfig,
+    options: MeasureOptions,
+    constraints: Constraints,
+    stop_when_flat: bool,
+) -> list[Level]:
+    """Load one candidate's config into the target, then sweep it."""
+    target.load(config)
+    profiler = target.profiler(options.settings())
+    try:
+        profiler.start()
+        return sweep(profiler, options.concurrencies(), constraints, stop_when_flat, options.min_requests)
+    finally:
+        profiler.close()
