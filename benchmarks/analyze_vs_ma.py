@@ -1,4 +1,4 @@
-"""Scenario 13 [analyze]: `tcli analyze` against Model Analyzer 1.58, on the same model, machine and
+"""Scenario 14 [analyze]: `tcli analyze` against Model Analyzer 1.58, on the same model, machine and
 latency budget (issue 29).
 
 The model: a python model whose execution of n requests sleeps 2 + 0.25n ms, written with one
