@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tcli.errors import CliError
+from tcli.help import HelpCommand
 
 if TYPE_CHECKING:
     from tcli.analyze.session import Session
@@ -76,7 +77,7 @@ def _preferred(text: str | None) -> list[str] | None:
     return values
 
 
-@app.command(no_args_is_help=True)
+@app.command(cls=HelpCommand, no_args_is_help=True)
 def analyze(
     model_name: Annotated[
         str, typer.Option("-m", help="The model to analyze (required).", show_default=False)
