@@ -5,7 +5,10 @@
 #   make test-oldest   the suite on the lowest version each range allows (.venv-oldest)
 #   make test-newest   the suite on the newest versions released today (.venv-newest)
 # Supported: Python 3.11 to 3.13. `make test PYTHON=python3.13` tests another version in a virtual
-# environment of its own (.venv-python3.13), never in the default .venv.
+# environment of its own (.venv-python3.13), never in the default .venv. Plain `make test` (what CI
+# runs; no PYTHON, VENV or PYTEST_ARGS given) then also runs a fast subset, NEWEST_PYTHON_TESTS
+# below, on the newest supported Python the machine has (make test-newest-python), or says that
+# there is none newer and skips it.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv$(if $(filter command line,$(origin PYTHON)),-$(notdir $(PYTHON)))
 # The interpreter itself: pyenv's shims refuse a version that is installed but not selected
@@ -19,9 +22,18 @@ STAMP := $(VENV)/.installed
 REFERENCE_SETUP := ../shared/reference/setup-triton.sh
 PYTEST_ARGS ?=
 # the test extra takes in the gcs, azure, mlflow and plot extras
+# The fast subset make test runs again on the newest Python: the unit tests and a few integration
+# tests against a real server (HTTP and gRPC, the example models, start-up), under two minutes.
+NEWEST_PYTHON_TESTS := tests/unit tests/integration/test_conformance.py \
+  tests/integration/test_startup.py tests/integration/test_grpc_frontend.py
+# The newest supported Python other than 3.11 that this machine has (pyenv versions not selected
+# included), as a command name; empty when there is none.
+NEWEST_PYTHON = $(shell for v in 3.13 3.12; do \
+  { python$$v -c '' 2>/dev/null || ls $$(pyenv root 2>/dev/null)/versions/*/bin/python$$v; } \
+  >/dev/null 2>&1 && { echo python$$v; break; }; done)
 EXTRAS := torch,test
 
-.PHONY: serve test test-oldest test-newest lint models reference promtool tinyproxy haproxy azurite \
+.PHONY: serve test test-oldest test-newest test-newest-python lint models reference promtool tinyproxy haproxy azurite \
   completions clean
 
 # uv resolves from PyPI alone; a new pyproject.toml starts the environment afresh, so that it holds
@@ -34,9 +46,14 @@ $(STAMP): pyproject.toml
 	@# machines pip finds torch==2.13.0 (CPU, for Python 3.11) on local disk, never asking PyPI
 	@# (--no-index); other Pythons and other machines get it from PyTorch's CPU wheel index.
 	@# uv then leaves torch out of its resolution (--excludes), so that it never swaps in a CUDA build.
+	@# Where neither has a CPU build for this Python (here: only Python 3.11 has a local wheel, and
+	@# PyTorch's index is out of reach), the rest is installed without torch and its tests are skipped.
 	( $(BIN)/pip install --quiet --no-index --no-deps torch==2.13.0 2>/dev/null && \
 	  $(BIN)/pip install --quiet torch==2.13.0 ) || \
-	  $(BIN)/pip install --quiet 'torch>=2.13,<3' --index-url https://download.pytorch.org/whl/cpu
+	  $(BIN)/pip install --quiet --retries 1 --timeout 30 'torch>=2.13,<3' \
+	    --index-url https://download.pytorch.org/whl/cpu 2>/dev/null || \
+	  echo "torch: no CPU build installable for Python $$($(BIN)/python -V | cut -d' ' -f2) here;" \
+	    "installing without it (its tests will be skipped)"
 	echo torch > $(VENV)/uv-excludes.txt
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --resolution $(RESOLUTION) \
 	  --excludes $(VENV)/uv-excludes.txt -C editable_mode=compat -e '.[$(EXTRAS)]'
@@ -48,6 +65,18 @@ serve: $(STAMP)
 
 test: $(STAMP) reference promtool tinyproxy haproxy azurite
 	PATH="$(CURDIR)/$(VENV)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
+	@# plain `make test` only: not with PYTHON, VENV or PYTEST_ARGS given (test-oldest, test-newest,
+	@# a chosen test, the subset's own run)
+	$(if $(filter command line,$(origin PYTHON) $(origin VENV) $(origin PYTEST_ARGS)),,\
+	  @$(MAKE) --no-print-directory test-newest-python)
+
+# The fast subset on the newest Python, in its own virtual environment (made when missing). Its
+# version check: the default PYTHON may itself be the newest (a machine without python3.11).
+test-newest-python:
+	@newest="$(NEWEST_PYTHON)"; \
+	if [ -z "$$newest" ] || [ "$$($(PYTHON_EXE) -V 2>&1 | cut -d' ' -f2 | cut -d. -f1,2)" = "$${newest#python}" ]; then \
+	  echo "newest Python: none newer than $$($(PYTHON_EXE) -V 2>&1) found; its fast subset is skipped"; \
+	else $(MAKE) test PYTHON=$$newest PYTEST_ARGS="$(NEWEST_PYTHON_TESTS)"; fi
 
 # The lowest version of each of tcli's own requirements (uv's lowest-direct; what they pull in is the
 # newest that fits). .ci/lowest_check.py first fails when a lower bound could not be installed as such.

@@ -146,7 +146,8 @@ def _make(kind: str, shapes: list[tuple[int, ...]]) -> Array:
     if kind == "BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO":
         return np.concatenate([np.zeros(1, np.int64), np.cumsum(counts)])
     if kind == "BATCH_MAX_ELEMENT_COUNT_AS_SHAPE":
-        return np.zeros(int(counts.max(initial=0)), np.int64)
+        # max() of a list: numpy 2.5's stubs (Python 3.12 and later) refuse ndarray.max(initial=0)
+        return np.zeros(max(counts.tolist(), default=0), np.int64)
     if kind in ("BATCH_ITEM_SHAPE", "BATCH_ITEM_SHAPE_FLATTEN"):
         rank = max((len(s) for s in shapes), default=1) - 1
         rows = [list(s[1:]) for s in shapes for _ in range(s[0] if s else 0)]

@@ -57,7 +57,8 @@ def test_serve_takes_a_bucket_as_tritons_chart_passes_it(s3: S3Server) -> None:
 
 
 def test_serve_exits_on_a_missing_bucket_as_tritonserver_does(s3: S3Server) -> None:
-    result = run_tcli("serve", "--model-repository", s3.url("no-such-bucket", "repo"), "--http-port", "0")
+    ports = ("--http-port", "0", "--grpc-port", "0", "--metrics-port", "0")  # the defaults may be taken
+    result = run_tcli("serve", "--model-repository", s3.url("no-such-bucket", "repo"), *ports)
     assert result.returncode == 1
     assert "NoSuchBucket" in result.stderr and "failed to load all models" in result.stderr
     assert "Traceback" not in result.stderr

@@ -37,6 +37,11 @@ import httpx
 import pytest
 
 from tests.cli.conftest import ROOT
+from tests.torch_needed import REASON, TORCH_MISSING
+
+pytestmark = pytest.mark.skipif(
+    TORCH_MISSING, reason=f"the examples serve model_repository, which holds a TorchScript model: {REASON}"
+)
 
 README = ROOT / "README.md"
 WIDTH = 80

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tests.cli.conftest import ROOT
 from tests.repo_builder import ADD_SUB_CONFIG, add_python_add_sub, write_onnx_add_sub
+from tests.torch_needed import requires_torch
 
 
 def test_bundled_repository_is_valid(tcli) -> None:  # type: ignore[no-untyped-def]
@@ -117,6 +118,7 @@ def test_scaffold_onnx_that_cannot_batch_refuses_batching(tmp_path: Path, tcli) 
     assert "max_batch_size" not in (tmp_path / "r" / "fixed" / "config.pbtxt").read_text()
 
 
+@requires_torch
 def test_scaffold_torchscript_needs_tensor_specs(tmp_path: Path, tcli) -> None:  # type: ignore[no-untyped-def]
     model = ROOT / "model_repository" / "digits_torchscript" / "1" / "model.pt"
     repo = tmp_path / "repo"

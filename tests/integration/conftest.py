@@ -15,9 +15,13 @@ import pytest
 from server.app import Server, ServerSettings
 from server.repository.manager import ControlMode, ModelManager
 from server.service import InferenceService
+from tests.torch_needed import TORCH_MISSING
 
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
-FRAMEWORK_MODELS = ["simple", "densenet_onnx", "digits_onnx", "digits_torchscript"]
+# without torch (no CPU build for this Python) the servers leave the TorchScript model out, and the
+# tests that use it are skipped (tests/torch_needed.py)
+TORCHSCRIPT = [] if TORCH_MISSING else ["digits_torchscript"]
+FRAMEWORK_MODELS = ["simple", "densenet_onnx", "digits_onnx", *TORCHSCRIPT]
 PYTHON_MODELS = ["add_sub", "simple_identity"]
 
 

@@ -12,9 +12,9 @@ import pytest
 
 from server.frontends.grpc import GRPC_IMPLEMENTATIONS
 from server.repository.manager import ControlMode
-from tests.integration.conftest import RunningServer, link_repository, start_server
+from tests.integration.conftest import TORCHSCRIPT, RunningServer, link_repository, start_server
 
-GRPC_FRAMEWORK_MODELS = ["simple", "digits_torchscript", "digits_ensemble"]
+GRPC_FRAMEWORK_MODELS = ["simple", *TORCHSCRIPT, "digits_ensemble"]
 GRPC_PYTHON_MODELS = ["add_sub", "simple_identity", "simple_sequence"]
 GRPC_REPOSITORY_MODELS = [*GRPC_FRAMEWORK_MODELS, *GRPC_PYTHON_MODELS, "digits_onnx", "digits_preprocess"]
 

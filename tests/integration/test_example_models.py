@@ -18,6 +18,8 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from tests.torch_needed import import_torch
+
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
 MODELS = [
     "simple",
@@ -123,9 +125,7 @@ def test_digits_onnx_accuracy(digits: tuple[np.ndarray, ...], build_models: Modu
 
 
 def test_digits_torchscript_accuracy_and_agreement(digits: tuple[np.ndarray, ...]) -> None:
-    torch = pytest.importorskip(
-        "torch", reason="the TorchScript check needs torch (pip install 'tcli[torch]')"
-    )
+    torch = import_torch()
     _, x_test, _, y_test = digits
     module = torch.jit.load(str(REPO / "digits_torchscript" / "1" / "model.pt"), map_location="cpu")
     with torch.no_grad():

@@ -23,6 +23,7 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.integration.grpc_fixtures import RunningGrpcServer, grpc_server
+from tests.torch_needed import requires_torch
 
 __all__ = ["grpc_server"]  # the fixture, re-exported for pytest
 
@@ -177,6 +178,7 @@ def test_infer_only_the_requested_output(client: grpcclient.InferenceServerClien
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
 
 
+@requires_torch
 def test_infer_torchscript_and_the_ensemble_with_classification(
     client: grpcclient.InferenceServerClient,
 ) -> None:
@@ -395,6 +397,7 @@ def test_stream_with_the_asyncio_client(grpc_server: RunningGrpcServer) -> None:
 
 
 # ------------------------------------------------------------------------------------ repository, stats
+@requires_torch
 def test_statistics_count_inferences(client: grpcclient.InferenceServerClient) -> None:
     before = client.get_inference_statistics("simple").model_stats[0].inference_count
     inputs, _, _ = simple_inputs(batch=3)
@@ -407,6 +410,7 @@ def test_statistics_count_inferences(client: grpcclient.InferenceServerClient) -
     assert {"simple", "digits_torchscript"} <= {s["name"] for s in every}
 
 
+@requires_torch
 def test_repository_index_load_and_unload(client: grpcclient.InferenceServerClient) -> None:
     index = client.get_model_repository_index().models
     assert ("digits_torchscript", "1", "READY") in {(m.name, m.version, m.state) for m in index}

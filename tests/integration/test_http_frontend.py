@@ -22,6 +22,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from tests.integration.conftest import RunningServer
+from tests.torch_needed import requires_torch
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +150,7 @@ def test_infer_with_compressed_request_and_response(client: httpclient.Inference
         np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
 
 
+@requires_torch
 def test_classification_with_labels(client: httpclient.InferenceServerClient) -> None:
     images, truth = digits(8)
     results = {}
@@ -305,6 +307,7 @@ def test_trace_settings(client: httpclient.InferenceServerClient) -> None:
         client.get_trace_settings(model_name="no_such_model")
 
 
+@requires_torch
 def test_repository_index_load_and_unload(
     client: httpclient.InferenceServerClient, raw: httpx.Client
 ) -> None:

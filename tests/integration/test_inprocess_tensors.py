@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 
 import tcli.inprocess as tritonserver
 from tests.integration.conftest import link_repository
+from tests.torch_needed import import_torch
 
 
 def test_from_dlpack_and_back_share_memory_and_count_references() -> None:
@@ -42,6 +42,7 @@ def test_from_dlpack_and_back_share_memory_and_count_references() -> None:
 
 
 def test_torch_reads_a_tensor_and_a_tensor_reads_torch_without_a_copy() -> None:
+    torch = import_torch()
     source = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     tensor = tritonserver.Tensor.from_dlpack(source)
     assert tensor.data_type == tritonserver.DataType.FP32 and list(tensor.shape) == [3, 4]

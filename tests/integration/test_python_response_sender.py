@@ -22,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from server.repository.manager import ControlMode
 from tests.integration.grpc_fixtures import RunningGrpcServer, start_grpc_server
+from tests.waiting import wait_until
 
 WAIT = 30.0  # failure timeout; never reached when things work
 TWICE = "Unable to send response. Non-decoupled model cannot send more than one response."
@@ -181,6 +182,8 @@ def test_a_response_returned_after_one_was_sent_fails_the_execution_in_the_log_o
     assert streamed(server, "sends_and_returns") == [1, "final"]
     # Triton 2.51 logs exactly this (pb_stub.cc) and the client keeps its first response
     logged = f"Failed to process the request(s) for model 'sends_and_returns_0_0', message: {TWICE}"
+    # the log line follows the response the client already has: wait for it
+    wait_until(lambda: caplog.text.count(logged) >= 2, "the two failures in the log")
     assert caplog.text.count(logged) == 2
     assert client.infer("sends_and_returns", one(5)).as_numpy("OUT").tolist() == [1]  # still serving
 
@@ -211,6 +214,7 @@ def test_an_execution_failing_after_its_one_response_keeps_that_response(
         "Failed to process the request(s) for model 'sends_then_fails_0_0', message: "
         f"TritonModelException: {TWICE}"
     )
+    wait_until(lambda: caplog.text.count(logged) >= 3, "the three failures in the log")
     assert caplog.text.count(logged) == 3
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import link_repository
+from tests.torch_needed import import_torch
 
 FRAMEWORKS = ("torch", "onnxruntime")
 
@@ -69,7 +70,7 @@ def test_serving_imports_only_the_frameworks_its_models_use(
     models: list[str], expected: list[str], tmp_path: Path
 ) -> None:
     if "torch" in expected:
-        pytest.importorskip("torch")
+        import_torch()
     assert frameworks_imported(link_repository(tmp_path / "models", models)) == expected
 
 
@@ -83,7 +84,7 @@ def test_the_metrics_library_is_imported_at_the_first_scrape(tmp_path: Path) -> 
 
 @pytest.mark.skipif(importlib.util.find_spec("cuda") is None, reason="cuda-python is not installed")
 def test_torch_models_load_without_cuda_bindings_when_no_gpu_is_visible(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    import_torch()
     from server.backends.devices import visible_gpu_count
 
     if visible_gpu_count():

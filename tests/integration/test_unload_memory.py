@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
 from server.repository.manager import ControlMode, ModelManager
 from tests.integration.serve_process import ServeProcess
+from tests.torch_needed import import_torch
 
 BIG_MODEL = """
 import numpy as np
@@ -171,7 +171,7 @@ def test_unloading_an_onnx_model_returns_its_memory(tmp_path: Path) -> None:
 
 
 def test_unloading_a_torchscript_model_returns_its_memory(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    import_torch()
     write_torchscript_model(tmp_path, "small", 1, 16)
     write_torchscript_model(tmp_path, "big", TENSORS, TENSOR_FLOATS)
     check_unload_returns_memory(tmp_path, "small", "big", "INPUT__0")

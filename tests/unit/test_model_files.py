@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from server.protocol.config_json import to_json_dict
 from server.repository.validation import validate_repositories
 from tests.repo_builder import ONNX_CONFIG, add_model, add_onnx_simple, write_onnx_add_sub
+from tests.torch_needed import import_torch
 
 
 def errors(repo: Path, model: str = "simple") -> list[str]:
@@ -128,7 +127,7 @@ def test_config_naming_only_the_platform_gets_tensors_from_the_file(tmp_path: Pa
     assert [o.name for o in report.models[0].config.output] == ["OUTPUT0", "OUTPUT1"]
 
 
-torch = pytest.importorskip("torch", reason="the TorchScript checks need torch (pip install 'tcli[torch]')")
+torch = import_torch()
 
 
 class _AddSub(torch.nn.Module):

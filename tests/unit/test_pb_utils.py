@@ -24,6 +24,7 @@ from tritonclient.grpc import model_config_pb2
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.protocol import datatypes
 from server.protocol.errors import ErrorCode
+from tests.torch_needed import import_torch
 
 WIRE_TYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"]
 WIRE_TYPES += ["FP16", "FP32", "FP64", "BYTES"]
@@ -149,7 +150,7 @@ def test_tensor_refuses_what_triton_refuses() -> None:
 
 
 def test_dlpack_round_trip_shares_memory_with_numpy_and_torch() -> None:
-    torch = pytest.importorskip("torch")
+    torch = import_torch()
     source = np.arange(4, dtype=np.int16)
     tensor = pb_utils.Tensor.from_dlpack("A", source)
     assert tensor.triton_dtype() == 7 and tensor.as_numpy().tolist() == [0, 1, 2, 3]
@@ -169,7 +170,7 @@ def test_dlpack_round_trip_shares_memory_with_numpy_and_torch() -> None:
 
 
 def test_bf16_travels_through_dlpack_but_not_numpy() -> None:
-    torch = pytest.importorskip("torch")
+    torch = import_torch()
     values = torch.tensor([1.5, -2.0, 3.25], dtype=torch.bfloat16)
     tensor = pb_utils.Tensor.from_dlpack("BF", values)
     assert tensor.triton_dtype() == 14 and tensor.shape() == [3]

@@ -4,12 +4,11 @@ torch gives that warning once per process, so an earlier test could hide it."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.torch_needed import requires_torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,10 +38,7 @@ print("ok")
 """
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("torch") is None,
-    reason="the TorchScript model needs torch (pip install 'tcli[torch]')",
-)
+@requires_torch
 def test_read_only_inputs_give_no_warning() -> None:
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False

@@ -15,9 +15,10 @@ from server.backends.base import ModelContext
 from server.protocol.types import InferenceRequest, InferenceResponse, Tensor
 from server.scheduling.runner import ModelRunner
 from server.stats import ModelStats
+from tests.torch_needed import import_torch
 from tests.unit.test_python_process import submit
 
-torch = pytest.importorskip("torch", reason="the TorchScript model needs torch (pip install 'tcli[torch]')")
+torch = import_torch()
 
 
 class RaggedSum(torch.nn.Module):
