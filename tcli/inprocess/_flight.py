@@ -105,11 +105,18 @@ def stopped() -> ServerError:
     return unavailable("the in-process server stopped before the request finished")
 
 
-def deliver_threadsafe(loop: asyncio.AbstractEventLoop, target: asyncio.Queue[InferenceResponse]) -> Deliver:
-    """Deliver into an asyncio.Queue owned by another loop (the caller's)."""
+def deliver_threadsafe(
+    loop: asyncio.AbstractEventLoop, *targets: asyncio.Queue[InferenceResponse]
+) -> Deliver:
+    """Deliver into asyncio.Queues owned by another loop (the caller's), all in one callback and in
+    the order given: a response the iterator (the last target) yields is in the others already."""
+
+    def put(response: InferenceResponse) -> None:
+        for target in targets:
+            target.put_nowait(response)
 
     def deliver(response: InferenceResponse) -> None:
         with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody reads any more
-            loop.call_soon_threadsafe(target.put_nowait, response)
+            loop.call_soon_threadsafe(put, response)
 
     return deliver

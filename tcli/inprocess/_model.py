@@ -63,9 +63,9 @@ class Model:
         responses: queue.SimpleQueue[InferenceResponse] = queue.SimpleQueue()
 
         def deliver(response: InferenceResponse) -> None:
-            responses.put(response)
-            if user_queue is not None:
+            if user_queue is not None:  # first: by the time the iterator yields it, the user's queue has it
                 user_queue.put(response)
+            responses.put(response)
 
         flight = self._connection.submit(
             Flight(self, request.to_server(), deliver, request.output_memory_type)
@@ -87,14 +87,9 @@ class Model:
         if user_queue is not None and not isinstance(user_queue, asyncio.Queue):
             raise InvalidArgumentError("asyncio.Queue must be used for async response iterator")
         responses: asyncio.Queue[InferenceResponse] = asyncio.Queue()
-        to_iterator = deliver_threadsafe(loop, responses)
-        to_user = deliver_threadsafe(loop, user_queue) if user_queue is not None else None
-
-        def deliver(response: InferenceResponse) -> None:
-            to_iterator(response)
-            if to_user is not None:
-                to_user(response)
-
+        # the user's queue first: by the time the iterator yields a response, that queue has it
+        targets = (responses,) if user_queue is None else (user_queue, responses)
+        deliver = deliver_threadsafe(loop, *targets)
         flight = self._connection.submit(
             Flight(self, request.to_server(), deliver, request.output_memory_type)
         )
