@@ -81,26 +81,28 @@ class TritonPythonModel:
     # it pauses as Triton's qa model does, so the answer comes after execute() returned)
     "none_in_list": """
 import threading
-import time
 
 
-def later(sender, value):
-    time.sleep(0.5)
+def later(sender, value, returned):
+    returned.wait(30)  # answers once execute() has returned, as Triton's qa model does
     sender.send(answer(value), flags=FINAL)
 
 
 class TritonPythonModel:
     def execute(self, requests):
-        returned = []
+        answers, returned = [], threading.Event()
         for request in requests:
             value = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
             if value % 2 == 0:
-                returned.append(answer(value))
+                answers.append(answer(value))
                 continue
             sender = request.get_response_sender()
-            threading.Thread(target=later, args=(sender, value * 10)).start()
-            returned.append(None)
-        return returned
+            threading.Thread(target=later, args=(sender, value * 10, returned)).start()
+            answers.append(None)
+        try:
+            return answers
+        finally:
+            returned.set()
 """,
     "decoupled_returns": """
 class TritonPythonModel:
