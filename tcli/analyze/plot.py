@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tcli.analyze.results import Constraints, Row
 from tcli.errors import CliError
+from tcli.perf.plot import save_png
 
 LABELLED = 8  # configs named in the legend: the best ones (the rest are drawn grey)
 
@@ -79,10 +80,4 @@ def write_plot(path: Path, model: str, rows: list[Row], constraints: Constraints
     axes.set_title(f"{model}: throughput against p99 latency, one line per config (points: concurrency)")
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize="small", loc="lower right")
-    figure.tight_layout()
-    try:
-        figure.savefig(path, format="png", dpi=100)
-    except OSError as exc:
-        raise CliError(f"--plot: cannot write '{path}': {exc.strerror or exc}") from None
-    finally:
-        plt.close(figure)
+    save_png(figure, path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tcli.errors import CliError
 from tcli.perf.profiler import LevelResult
@@ -74,6 +75,13 @@ def write_plot(path: Path, results: Sequence[LevelResult], model: str, concurren
     split.set_ylabel("average latency (usec)")
     split.set_title("where the time goes")
     split.legend(fontsize="small")
+    save_png(figure, path)
+
+
+def save_png(figure: Any, path: Path) -> None:
+    """Write `figure` as a PNG (a path that cannot be written is the user's error) and free it."""
+    import matplotlib.pyplot as plt
+
     figure.tight_layout()
     try:
         figure.savefig(path, format="png", dpi=100)
