@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from server.backends.base import ModelError, Rescheduled
+from server.backends.python.shm import INLINE_LIMIT
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.tensors import serialize_bytes, split_bytes
 from server.protocol.types import InferenceResponse, RequestedOutput, Tensor
@@ -67,8 +68,6 @@ _TENSOR = struct.Struct("<HBBB")
 _U16 = struct.Struct("<H")
 _U64 = struct.Struct("<Q")
 _SIZES = struct.Struct("<QQ")
-# tensors up to this many bytes in all ride in the frame without asking the placement (as shm.INLINE_LIMIT)
-INLINE_BYTES = 16 << 10
 
 # result tags
 _NONE, _RESPONSE_TAG, _ERROR_TAG, _MODEL_ERROR_TAG, _RESCHEDULED = range(5)
@@ -164,7 +163,7 @@ def _encoded(tensors: Sequence[Tensor], placement: Placement) -> tuple[list[byte
     """Each tensor's encoding, the shared segment's name and the position to free (see Placement)."""
     if not tensors:
         return [], None, None
-    if all(t.data.dtype != object for t in tensors) and sum(t.data.nbytes for t in tensors) <= INLINE_BYTES:
+    if all(t.data.dtype != object for t in tensors) and sum(t.data.nbytes for t in tensors) <= INLINE_LIMIT:
         # small: in the frame (tobytes copies any layout in C order)
         encoded = []
         for tensor in tensors:
