@@ -1,20 +1,22 @@
 """`tcli analyze` as a user runs it, on a python model whose cost is known: each execution of n
-requests sleeps 20 + 10n ms. With a 3 ms queue delay a batch forms once full, so within a 95 ms p99
+requests sleeps 34 + 8.5n ms. With a 3 ms queue delay a batch forms once full, so within a 99 ms p99
 budget (concurrency 1, 2, 4, 8, 16; at most 2 instances and max batch size 8):
-- 2 instances x max batch 4 at concurrency 8 run a full batch each, 20 + 40 = 60 ms: 133 infer/s;
-  at concurrency 16 they need two rounds, 120 ms;
-- a batch of 8 takes 100 ms, over the budget whatever the concurrency, so max batch 8 is best where
-  its batches are 4 or fewer: at most as good as max batch 4 (a tie goes to the smaller);
-- max batch 2 needs two rounds of 40 ms at concurrency 8 (80 ms), so at best 8 / 80 ms = 100/s; one
-  instance x 4 reaches 4 / 60 ms = 67/s.
-So the optimum is 2 instances, max batch size 4, a third ahead of the next, and its p99 (60 ms and
-the machine's noise) 35 ms inside the budget: a busy machine adds latency, never removes it, so the
-budget sits well above the optimum and only just below the batch of 8 it must rule out. Max batch 8
-reaches the same optimum at
-concurrency 8 when the batcher hands each instance 4 of the 8 requests; the two then measure within
-the noise, and the tie goes to max batch 4 unless one window's noise parts them by more than 10%:
-both are accepted. The instances run in processes of their own: in the server process they share
-the GIL with the in-process load generator, which adds milliseconds of noise to every p99.
+- 2 instances x max batch 4 at concurrency 8 run a full batch each, 34 + 34 = 68 ms: 118 infer/s;
+  at concurrency 16 they need two rounds, 136 ms;
+- max batch 2 at concurrency 8 needs two rounds of 51 ms, 102 ms, over the budget, so its best is
+  concurrency 4: 4 / 51 ms = 78/s; one instance x 4 reaches 4 / 68 ms = 59/s;
+- a batch of 8 takes 102 ms, over the budget whatever the concurrency, so max batch 8 is best where
+  its batches are 4 or fewer: at most as good as max batch 4 (a tie goes to the smaller).
+So the optimum is 2 instances, max batch size 4, half again ahead of the next. The costs are chosen
+so that each rival is ruled out by the budget rather than by a throughput gap: a busy machine adds
+latency, never removes it, and a slow load generator loses time between the optimum's rounds (its
+instances wait for the next requests) but not at max batch 2's concurrency 8, whose requests queue;
+on a loaded CI machine that once brought the two within 10%. The optimum's p99 (68 ms and the
+machine's noise) sits 31 ms inside the budget. Max batch 8 reaches the same optimum at concurrency 8
+when the batcher hands each instance 4 of the 8 requests; the two then measure within the noise,
+and the tie goes to max batch 4 unless one window's noise parts them by more than 10%: both are
+accepted. The instances run in processes of their own: in the server process they share the GIL
+with the in-process load generator, which adds milliseconds of noise to every p99.
 Windows are short and the stability band wide so that each level takes three windows; no test
 asserts a speed."""
 
@@ -45,8 +47,8 @@ SLEEPY_MODEL = textwrap.dedent(
 
     import triton_python_backend_utils as pb_utils
 
-    BASE_MS = 20.0
-    PER_REQUEST_MS = 10.0
+    BASE_MS = 34.0
+    PER_REQUEST_MS = 8.5
 
 
     class TritonPythonModel:
@@ -80,7 +82,7 @@ ensemble_scheduling { step [ {
 # 100 ms windows, never stretched; any three windows count as stable
 FAST = ["-p", "100", "--measurement-request-count", "0", "-s", "1000", "-r", "5"]
 SPACE = [
-    "--latency-budget", "95",
+    "--latency-budget", "99",
     "--max-instance-count", "2",
     "--max-batch-size", "8",
     "--dynamic-batching", "on",
@@ -120,7 +122,7 @@ def test_quick_finds_the_known_optimum_and_writes_a_repository_that_serves(
     done = analyze(repo, tmp_path, *SPACE, "--output-dir", str(out), "--plot", str(chart))
     assert done.returncode == 0, done.stderr
     text = done.stdout
-    assert "quick search" in text and "p99 <= 95 ms" in text
+    assert "quick search" in text and "p99 <= 99 ms" in text
     found = re.search(
         r"best for sleepy: (\d) x batch (\d), dynamic \(delay 3000 µs\), process: [\d.]+ infer/s at "
         r"concurrency (\d+)",
@@ -168,7 +170,7 @@ def test_brute_finds_the_same_optimum_and_a_rerun_resumes_everything(repo: Path,
     assert is_optimum(best["instance_count"], best["max_batch_size"], report["best"]["concurrency"]), (
         done.stdout
     )
-    assert report["best"]["meets"] and report["best"]["p99_ms"] <= 95
+    assert report["best"]["meets"] and report["best"]["p99_ms"] <= 99
     configs = report["configs"]
     assert configs[0] == report["best"] and sum(c["front"] for c in configs) >= 1
     for row in configs:
