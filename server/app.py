@@ -330,7 +330,7 @@ class Server:
             from server.frontends.metrics import create_metrics_app
 
             metrics = create_metrics_app(
-                self.manager,
+                self.service,
                 settings.metrics_interval_ms,
                 cpu_metrics=settings.allow_cpu_metrics,
                 custom=METRICS.collect,  # python models' pb_utils.MetricFamily families

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import threading
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
@@ -25,11 +24,13 @@ from server.classification import classify
 from server.config import backends
 from server.config.validate import enum_name
 from server.logs import LogSettings, apply_verbosity
+from server.metrics_snapshot import MetricsSnapshot, metrics_snapshot
 from server.protocol import datatypes
 from server.protocol.errors import (
     TritonError,
     invalid_arg,
-    not_found,
+    no_available_versions,
+    trace_model_unknown,
     unavailable,
     unsupported,
 )
@@ -49,11 +50,13 @@ from server.protocol.trace import QUEUE_START
 from server.protocol.types import InferenceRequest, InferenceResponse
 from server.repository.manager import ControlMode, ModelManager
 from server.scheduling.work import ResponseStream
+from server.tracing.changes import TRACE_DEFAULTS, parse_changes
 from server.tracing.manager import TraceManager
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+    from server.protocol.trace import Trace
     from server.repository.models import ServedModel, VersionEntry
     from server.scheduling.runner import ModelRunner
 
@@ -77,19 +80,6 @@ _UINT32 = 2**32
 _INT32_MAX = 2**31 - 1
 
 log = logging.getLogger("tcli.server")
-_LEADING_INTEGER = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
-
-
-# Triton's trace settings, in the order its answers list them; every value a string but the level
-TRACE_DEFAULTS: dict[str, Any] = {
-    "trace_level": ["OFF"],
-    "trace_rate": "1000",
-    "trace_count": "-1",
-    "log_frequency": "0",
-    "trace_file": "",
-    "trace_mode": "triton",
-}
-_TRACE_LEVELS = ("TIMESTAMPS", "TENSORS")  # the order Triton lists a combined level in
 
 
 @dataclass
@@ -110,6 +100,32 @@ class StreamResponse:
     response: InferenceResponse | None = None
     error: TritonError | None = None
     final: bool = False
+
+
+@dataclass(slots=True)
+class Admission:
+    """A request's model and version, resolved once for the whole request: what a front end needs
+    before it decodes the request (the config a raw binary request is read with, whether the model is
+    decoupled) and what `infer` and `infer_stream` then run, without resolving it again. A model that
+    cannot serve the request leaves `error` (Triton's unknown-model words), raised by `require`
+    where the request goes on, so that the front end keeps Triton's order of errors."""
+
+    model: ServedModel | None
+    entry: VersionEntry | None
+    decoupled: bool  # model_transaction_policy.decoupled: read from the name even when the version is not
+    error: TritonError | None = None
+
+    def require(self) -> tuple[ServedModel, VersionEntry]:
+        if self.error is not None:
+            raise self.error
+        assert self.model is not None and self.entry is not None
+        return self.model, self.entry
+
+    @property
+    def config(self) -> ModelConfig:
+        model, _ = self.require()
+        assert model.config is not None  # a resolved model always has one
+        return model.config
 
 
 class InferenceService:
@@ -196,12 +212,9 @@ class InferenceService:
             [describe(t) for t in config.output],
         )
 
-    def input_schema(
-        self, name: str, version: str = ""
-    ) -> tuple[bool, dict[str, tuple[str, tuple[int, ...]]]]:
-        """Whether a ready model batches, and its inputs: name -> (wire datatype, dims)."""
-        config = self._ready_model(name, version).config
-        assert config is not None
+    def input_schema(self, admission: Admission) -> tuple[bool, dict[str, tuple[str, tuple[int, ...]]]]:
+        """Whether an admitted model batches, and its inputs: name -> (wire datatype, dims)."""
+        config = admission.config
         inputs = {
             tensor.name: (datatypes.config_to_wire(enum_name(tensor, "data_type")), tuple(tensor.dims))
             for tensor in config.input
@@ -214,13 +227,49 @@ class InferenceService:
         return ModelConfigResponse(model.config)
 
     # inference -------------------------------------------------------------------------------------
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+    def admission(self, name: str, version: str = "") -> Admission:
+        """The model and version a request names, resolved once for the whole request (see Admission);
+        never raises: an unknown model is the admission's error."""
+        try:
+            model, entry = self.manager.resolve(name, version)
+        except TritonError as error:
+            return Admission(None, None, self.is_decoupled(name), error)
+        config = model.config  # a resolved model always has one
+        return Admission(model, entry, config is not None and config.model_transaction_policy.decoupled)
+
+    def trace_model(self, name: str) -> None:
+        """Raise the trace settings API's error when `name` (a model's settings asked) is not ready."""
+        if name and not self.model_ready(name).ready:
+            raise trace_model_unknown(name)
+
+    def sample_trace(
+        self, request: InferenceRequest, traceparent: str, received: tuple[tuple[str, int], ...]
+    ) -> Trace | None:
+        """The request's trace (also set as `request.trace`) when tracing samples it, continuing the
+        client's W3C `traceparent`, with the front end's `received` (activity, ns) stamps (0: now).
+        The front ends ask only while `tracer.enabled`."""
+        trace = self.tracer.sample(request.model_name, traceparent)
+        if trace is not None:
+            for activity, ns in received:
+                trace.stamp(activity, ns)
+            request.trace = trace
+        return trace
+
+    def _admit(
+        self, request: InferenceRequest, admission: Admission | None, unary: bool
+    ) -> tuple[ServedModel, VersionEntry]:
+        """What every inference request goes through before its model runs, unary or streamed: the
+        server still accepting, the model resolved (a front end's admission as it is, else now), the
+        trace started, the request checked against the config. An ensemble's request goes to its
+        scheduler next; any other one to its version's runner, which it then has."""
         if not self.accepting:
             raise unavailable("Server is shutting down: not accepting new inference requests")
         self.requests_started += 1
-        model, entry = self.manager.resolve(request.model_name, request.model_version)
-        config, rules, runner = model.config, model.rules, entry.runner
-        cache = self.manager.response_cache
+        if admission is None:
+            model, entry = self.manager.resolve(request.model_name, request.model_version)
+        else:
+            model, entry = admission.require()
+        rules = model.rules
         trace = request.trace
         if trace is not None:
             trace.started(request.model_name, str(entry.version), request.id, request.inputs)
@@ -228,21 +277,33 @@ class InferenceService:
             rules.check(request)
             if trace is not None:
                 trace.stamp(QUEUE_START)
-            response = self._finish(model, request, await self._run_ensemble(config, entry, request))
-            if trace is not None:
-                trace.responded(response.outputs)
-                trace.ended()
-            return response
-        if config is None or rules is None or runner is None:
-            raise not_found(f"Request for unknown model: '{request.model_name}' has no available versions")
-        if config.model_transaction_policy.decoupled:
+            return model, entry
+        config = model.config
+        if config is None or rules is None or entry.runner is None:
+            raise no_available_versions(request.model_name)
+        if unary and config.model_transaction_policy.decoupled:
             raise unsupported(
                 f"model '{request.model_name}' is decoupled: its responses can only be streamed "
                 "(gRPC ModelStreamInfer, HTTP generate_stream)"
             )
         rules.check(request)
+        return model, entry
+
+    async def infer(self, request: InferenceRequest, admission: Admission | None = None) -> InferenceResponse:
+        """The model's one response; `admission` is the front end's, when it took one."""
+        model, entry = self._admit(request, admission, True)
+        trace = request.trace
+        if entry.ensemble is not None:
+            response = self._finish(model, request, await self._run_ensemble(model.config, entry, request))
+            if trace is not None:
+                trace.responded(response.outputs)
+                trace.ended()
+            return response
+        runner = entry.runner
+        assert runner is not None  # _admit saw to it
+        cache = self.manager.response_cache
         try:
-            if cache is not None and _caches(config):  # a hit never reaches the runner
+            if cache is not None and _caches(model.config):  # a hit never reaches the runner
                 run = partial(self._execute, runner, request)
                 result = await cache.serve(request, entry.version, entry, runner.stats, run)
             else:
@@ -292,25 +353,18 @@ class InferenceService:
             raise result
         return result
 
-    async def infer_stream(self, request: InferenceRequest) -> AsyncGenerator[StreamResponse, None]:
+    async def infer_stream(
+        self, request: InferenceRequest, admission: Admission | None = None
+    ) -> AsyncGenerator[StreamResponse, None]:
         """The responses to `request` as the model sends them, the last one marked final. Raises
         TritonError (before yielding anything) when the request does not reach the model. Closing the
         iterator before the final item cancels the request: the model's response sender reports
-        is_cancelled() from then on."""
-        if not self.accepting:
-            raise unavailable("Server is shutting down: not accepting new inference requests")
-        self.requests_started += 1
-        model, entry = self.manager.resolve(request.model_name, request.model_version)
-        config, rules, runner = model.config, model.rules, entry.runner
+        is_cancelled() from then on. `admission` is the front end's, when it took one."""
+        model, entry = self._admit(request, admission, False)
         trace = request.trace
-        if trace is not None:
-            trace.started(request.model_name, str(entry.version), request.id, request.inputs)
-        if entry.ensemble is not None and rules is not None:
-            rules.check(request)
-            if trace is not None:
-                trace.stamp(QUEUE_START)
+        if entry.ensemble is not None:
             try:
-                response = await self._run_ensemble(config, entry, request)
+                response = await self._run_ensemble(model.config, entry, request)
             except TritonError as error:
                 yield StreamResponse(None, error, True)
                 return
@@ -320,11 +374,10 @@ class InferenceService:
                 trace.ended()
             yield StreamResponse(response, None, True)
             return
-        if config is None or rules is None or runner is None:
-            raise not_found(f"Request for unknown model: '{request.model_name}' has no available versions")
-        rules.check(request)
+        runner = entry.runner
+        assert runner is not None  # _admit saw to it
         cache = self.manager.response_cache
-        if cache is not None and _caches(config):  # never decoupled: its one response, maybe stored
+        if cache is not None and _caches(model.config):  # never decoupled: its one response, maybe stored
             try:
                 run = partial(self._execute, runner, request)
                 response = await cache.serve(request, entry.version, entry, runner.stats, run)
@@ -457,6 +510,10 @@ class InferenceService:
                     stats.append(self.manager.stats.get(model_name, v).statistics())
         return ModelStatisticsResponse(stats)
 
+    def metrics(self) -> MetricsSnapshot:
+        """What /metrics reads of the models right now (server/frontends/metrics.py writes it)."""
+        return metrics_snapshot(self.manager)
+
     # logging and trace -----------------------------------------------------------------------------
     def update_log_settings(self, changes: dict[str, Any]) -> LogSettingsResponse:
         """Apply logging changes one by one in Triton's order (log_file, log_info, log_warning,
@@ -503,26 +560,10 @@ class InferenceService:
         return dict(self.trace.values)
 
     def update_trace_settings(self, changes: dict[str, Any], model: str = "") -> TraceSettingResponse:
-        """Validate every change first, then apply them together (Triton changes nothing when one is
-        bad). None resets a setting: a model's to the global value, a global one to its default.
-        trace_mode cannot be changed at run time and is ignored, as in Triton."""
-        for key in changes:
-            if key not in TRACE_DEFAULTS:
-                raise invalid_arg(f"trace setting '{key}' is not supported")
-        if "trace_file" in changes:
-            raise unsupported("trace file location can not be updated through network protocol")
-        parsed: dict[str, Any] = {}
-        for key, value in changes.items():
-            if key == "trace_mode":
-                continue
-            if value is None:
-                parsed[key] = None
-            elif key == "trace_level":
-                level = _trace_level(value)
-                if level is not None:
-                    parsed[key] = level
-            else:
-                parsed[key] = _trace_number(key, value)
+        """Apply the changes together, once every one is read (`parse_changes`: Triton changes nothing
+        when one is bad). None resets a setting: a model's to the global value, a global one to its
+        default."""
+        parsed = parse_changes(changes)
         if model:
             self.manager.get(model)
         merged = self._trace_values(model)
@@ -554,44 +595,3 @@ class InferenceService:
 def _caches(config: ModelConfig | None) -> bool:
     """Whether the model's config asks for the response cache (`response_cache { enable: true }`)."""
     return config is not None and config.response_cache.enable
-
-
-def _trace_level(value: list[str]) -> list[str] | None:
-    """Triton's reading of a trace_level list: OFF alone, or any of TIMESTAMPS and TENSORS; other
-    names are ignored, and a list with nothing it knows changes nothing (None)."""
-    if "OFF" in value:
-        if len(value) != 1:
-            raise invalid_arg("Expect only one trace level 'OFF' is specified")
-        return ["OFF"]
-    levels = [level for level in _TRACE_LEVELS if level in value]
-    return levels or None
-
-
-_TRACE_RANGES = {
-    "trace_rate": (0, _UINT32 - 1),
-    "trace_count": (-1, _INT32_MAX),
-    "log_frequency": (0, _UINT32 - 1),
-}
-
-
-def _trace_number(key: str, text: str) -> str:
-    """Parse a trace number as Triton does (std::stoi: leading blanks, a sign, digits, anything after
-    ignored); rate and log frequency are unsigned 32-bit, so a negative number wraps around."""
-    if type(text) is not str:
-        raise invalid_arg("attempt to access JSON non-string as string")
-    low, high = _TRACE_RANGES[key]
-    number = _leading_integer(text)
-    if number is None:
-        raise invalid_arg(f"Unable to parse '{key}', got: {text}")
-    if not -_INT32_MAX - 1 <= number <= _INT32_MAX:
-        raise invalid_arg(f"Unable to parse '{key}', value is out of range [ {low}, {high} ], got: {text}")
-    if key == "trace_count":
-        if number < -1:
-            raise invalid_arg(f"Unable to parse '{key}'. Expecting value >= -1, got:{text}")
-        return str(number)
-    return str(number % _UINT32)
-
-
-def _leading_integer(text: str) -> int | None:
-    match = _LEADING_INTEGER.match(text)
-    return int(match.group(1)) if match else None

@@ -24,6 +24,7 @@ SERVER_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "core service",
         (
             "server.service",
+            "server.metrics_snapshot",
             "server.bls",
             "server.model_control",
             "server.classification",

@@ -37,7 +37,7 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from server.frontends.grpc_restricted import guard
 from server.protocol import grpc_codec as codec
 from server.protocol import grpc_messages as messages
-from server.protocol.errors import ErrorCode, TritonError, invalid_arg, unavailable
+from server.protocol.errors import ErrorCode, TritonError, unavailable
 from server.protocol.grpc_parameters import model_version
 from server.protocol.restricted import Restrictions
 from server.protocol.shm import SharedMemoryRegistry
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from server.frontends.tls import ServerTls
     from server.protocol.trace import Trace
     from server.protocol.types import InferenceRequest
-    from server.service import InferenceService
+    from server.service import Admission, InferenceService
 
 log = logging.getLogger("tcli.server.grpc")
 
@@ -150,29 +150,35 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
         return await self._answer(context, work)
 
     # inference -------------------------------------------------------------------------------------
-    def _decode(self, message: Any) -> tuple[Any, bool]:
+    def _admission(self, message: Any) -> Admission:
+        """The request's model, resolved once for the whole request (decoupled or not, then run)."""
+        try:
+            version = model_version(message.model_version)
+        except TritonError:
+            version = ""  # decoding fails with Triton's words for it, before anyone asks the admission
+        return self.service.admission(message.model_name, version)
+
+    def _decode(self, message: Any, admission: Admission) -> tuple[InferenceRequest, bool]:
         try:
             return codec.decode_infer_request(message, self._shm_view)
         except TritonError:
             # as in Triton, a request for a model that is not there says so, whatever else is wrong
-            self._check_model(message)
+            # (but a version it cannot read first)
+            model_version(message.model_version)
+            admission.require()
             raise
-
-    def _check_model(self, message: Any) -> None:
-        version = model_version(message.model_version)
-        if not self.service.model_ready(message.model_name, version).ready:
-            self.service.model_metadata(message.model_name, version)
 
     async def ModelInfer(self, request: Any, context: aio.ServicerContext) -> Any:
         waited = time.monotonic_ns() if self.service.tracer.enabled else 0  # GRPC_WAITREAD_START, if traced
         trace = None
         try:
-            if self.service.is_decoupled(request.model_name):
+            admission = self._admission(request)
+            if admission.decoupled:
                 raise TritonError(ErrorCode.UNSUPPORTED, DECOUPLED_MODEL_INFER)
-            infer_request, _ = self._decode(request)
+            infer_request, _ = self._decode(request, admission)
             if waited:
                 trace = self._trace(infer_request, context, waited)
-            response = await self.service.infer(infer_request)
+            response = await self.service.infer(infer_request, admission)
             if trace is None:
                 return codec.encode_infer_response(response, infer_request.outputs, self._shm_view)
             sending = time.monotonic_ns()
@@ -192,24 +198,21 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
         """The request's trace when it is sampled: the client's traceparent metadata continued, its
         wait and read stamped (from the servicer's start: the transport has read the message by then)."""
         parent = next((str(v) for k, v in (context.invocation_metadata() or ()) if k == "traceparent"), "")
-        trace = self.service.tracer.sample(request.model_name, parent)
-        if trace is not None:
-            trace.stamp(GRPC_WAITREAD_START, waited)
-            trace.stamp(GRPC_WAITREAD_END)
-            request.trace = trace
-        return trace
+        return self.service.sample_trace(
+            request, parent, ((GRPC_WAITREAD_START, waited), (GRPC_WAITREAD_END, 0))
+        )
 
     async def _answers(
-        self, message: Any, decoupled: bool, context: aio.ServicerContext
+        self, message: Any, admission: Admission, context: aio.ServicerContext
     ) -> AsyncGenerator[_Answer, None]:
         """The stream messages answering one ModelInferRequest, as the model sends its responses."""
         waited = time.monotonic_ns() if self.service.tracer.enabled else 0
         trace = None
         try:
-            request, empty_final = self._decode(message)
+            request, empty_final = self._decode(message, admission)
             if waited:
                 trace = self._trace(request, context, waited)
-            async with contextlib.aclosing(self.service.infer_stream(request)) as items:
+            async with contextlib.aclosing(self.service.infer_stream(request, admission)) as items:
                 async for item in items:
                     if item.response is not None:
                         sending = 0 if trace is None else time.monotonic_ns()
@@ -228,7 +231,7 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
                             ),
                             item.error,
                         )
-                    elif empty_final and decoupled:  # the flags-only final of a decoupled model
+                    elif empty_final and admission.decoupled:  # the flags-only final of a decoupled model
                         yield (
                             codec.stream_empty_final(message.id, message.model_name, message.model_version),
                             None,
@@ -274,14 +277,14 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
             if not reading and not tasks:
                 out.put_nowait(None)
 
-        async def decoupled(message: Any) -> None:
-            async with contextlib.aclosing(self._answers(message, True, context)) as answers:
+        async def decoupled(message: Any, admission: Admission) -> None:
+            async with contextlib.aclosing(self._answers(message, admission, context)) as answers:
                 async for answer in answers:
                     out.put_nowait(answer)
 
-        async def in_order(message: Any, slot: asyncio.Future[list[_Answer]]) -> None:
+        async def in_order(message: Any, admission: Admission, slot: asyncio.Future[list[_Answer]]) -> None:
             try:
-                async with contextlib.aclosing(self._answers(message, False, context)) as answers:
+                async with contextlib.aclosing(self._answers(message, admission, context)) as answers:
                     slot.set_result([answer async for answer in answers])
             finally:
                 if not slot.done():
@@ -292,12 +295,13 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
             nonlocal reading
             try:
                 async for message in request_iterator:
-                    if self.service.is_decoupled(message.model_name):
-                        task = loop.create_task(decoupled(message))
+                    admission = self._admission(message)
+                    if admission.decoupled:
+                        task = loop.create_task(decoupled(message, admission))
                     else:
                         slot: asyncio.Future[list[_Answer]] = loop.create_future()
                         ordered.append(slot)
-                        task = loop.create_task(in_order(message, slot))
+                        task = loop.create_task(in_order(message, admission, slot))
                     tasks.add(task)
                     task.add_done_callback(finished)
             finally:
@@ -392,8 +396,7 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
     async def TraceSetting(self, request: Any, context: aio.ServicerContext) -> Any:
         def work() -> Any:
             model = request.model_name
-            if model and not self.service.model_ready(model).ready:
-                raise invalid_arg(f"Request for unknown model : {model}")
+            self.service.trace_model(model)
             if request.settings:
                 settings = self.service.update_trace_settings(messages.trace_settings_changes(request), model)
             else:

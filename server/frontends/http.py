@@ -1,22 +1,13 @@
 """The KServe v2 REST front end with Triton's extensions: a raw ASGI app over InferenceService, served by
 tcli's HTTP/1.1 server (server/frontends/http_server.py, httptools on uvloop), JSON by orjson.
 
-Routes, methods and answers follow Triton's HTTP server (server/src/http_server.cc), in its order:
-
-    GET       /v2/models/stats                                   statistics of every ready model
-    GET/POST  /v2/logging                                        log settings
-    *         /v2/models/{m}[/versions/{v}][/infer|ready|config|stats|trace/setting|generate...]
-    GET       /v2                                                server metadata
-    GET       /v2/health/live, /v2/health/ready                  200 or 400, empty body
-    GET/POST  /v2/systemsharedmemory[/region/{r}]/status|register|unregister
-    GET/POST  /v2/cudasharedmemory[/region/{r}]/status|register|unregister
-    POST      /v2/repository[/{repo}]/index, /v2/repository[/{repo}]/models/{m}/load|unload
-    GET/POST  /v2/trace/setting
-
-Anything else is 404 {"error":"Not Found"}; a known route with the wrong method is 405
-{"error":"Method Not Allowed"}. A route of a group --http-restricted-api restricts answers 403 before
-anything else to a request without the group's header (server/frontends/http_restricted.py).
-Errors are {"error": message} with the HTTP status of the error's code.
+Routes, methods and answers follow Triton's HTTP server (server/src/http_server.cc). They are the table
+`ROUTES` at the end of this module (`Route`, server/frontends/http_routes.py): each names its methods,
+its path, its handler below and its restricted-API group. A path no route matches is 404
+{"error":"Not Found"}; a route's path with another method is 405 {"error":"Method Not Allowed"}. A
+route of a group --http-restricted-api restricts answers 403 before anything else to a request
+without the group's header (server/frontends/http_restricted.py).
+Errors are {"error": message} with the HTTP status of the error's code (`_error_answer`).
 Inference request bodies may be gzip/deflate compressed; inference responses are compressed when the
 client's Accept-Encoding asks for it (Triton compresses nothing else).
 """
@@ -49,7 +40,8 @@ from server.frontends.http_asgi_io import (
 )
 from server.frontends.http_content import compress, decompress, response_encoding, too_large
 from server.frontends.http_direct import InferHeaders
-from server.frontends.http_restricted import MODEL_GROUPS, HttpRestrictions, Refused
+from server.frontends.http_restricted import HttpRestrictions, Refused
+from server.frontends.http_routes import Route, RouteTable
 from server.protocol import json_messages
 from server.protocol.errors import ErrorCode, TritonError, invalid_arg, unavailable, unsupported
 from server.protocol.generate_codec import GENERATE_ONE_RESPONSE, decode_generate, encode_generate
@@ -68,15 +60,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 T = TypeVar("T")
 
 log = logging.getLogger("tcli.server.http")
-
-_MODEL_ROUTE = re.compile(
-    r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
-    r"(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?"
-)
-_SERVER_ROUTE = re.compile(r"/v2(?:/health/(live|ready))?")
-_SYSTEM_SHM_ROUTE = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
-_CUDA_SHM_ROUTE = re.compile(r"/v2/cudasharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
-_REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
 
 _SSE = (b"content-type", b"text/event-stream; charset=utf-8")
 _TEXT = (b"content-type", b"text/plain")
@@ -127,81 +110,34 @@ class HttpFrontend:
             return
         try:
             await self._route(scope, receive, send)
-        except Refused as refused:
-            await respond(send, 403, refused.body, [_TEXT])
-        except _HttpError as error:
-            await respond(send, error.code.http_status, _error_body(error.message), [JSON, *error.headers])
-        except TritonError as error:
-            await respond(send, error.code.http_status, _error_body(error.message))
         except Disconnected:
             return
-        except Exception as exc:  # a bug must still answer, as JSON, and be logged with its traceback
-            log.exception("unexpected error handling %s %s", scope.get("method"), scope.get("path"))
-            await respond(send, 500, _error_body(f"internal error: {type(exc).__name__}: {exc}"))
+        except Exception as exc:
+            status, headers, body = _error_answer(exc, scope.get("method", ""), scope.get("path", ""))
+            await respond(send, status, body, headers)
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         raw = scope.get("raw_path")
-        path: str = raw.decode("latin-1") if raw else scope["path"]
-        method: str = scope["method"]
-        if path.startswith("/v2/models/"):
-            if path == "/v2/models/stats":
-                self._restrictions.check(scope["headers"], "statistics")
-                if method != "GET":
-                    return await not_allowed(send)
-                return await self._json(send, self.service.statistics())
-            match = _MODEL_ROUTE.fullmatch(path)
-            if match is not None:
-                model, version, action = match.groups()
-                model = unquote(model) if "%" in model else model
-                version = version or ""
-                if not (version and action == "trace/setting"):  # that one is no route: 404
-                    self._restrictions.check(scope["headers"], MODEL_GROUPS[action])
-                if action == "infer":
-                    if method != "POST":
-                        return await not_allowed(send)
-                    return await self._infer(scope, receive, send, model, version)
-                return await self._model(scope, receive, send, method, model, version, action)
+        found = ROUTES.match(raw.decode("latin-1") if raw else scope["path"])
+        if found is None:
             return await not_found(send)
-        if path == "/v2/logging":
-            self._restrictions.check(scope["headers"], "logging")
-            return await self._logging(receive, send, method)
-        match = _SERVER_ROUTE.fullmatch(path)
-        if match is not None:
-            self._restrictions.check(scope["headers"], "metadata" if match.group(1) is None else "health")
-            if method != "GET":
-                return await not_allowed(send)
-            kind = match.group(1)
-            if kind is None:
-                return await self._json(send, self.service.server_metadata())
-            ok = self.service.live() if kind == "live" else self.service.ready()
-            return await respond(send, 200 if ok else 400, b"", [_TEXT])
-        match = _SYSTEM_SHM_ROUTE.fullmatch(path)
-        if match is not None:
-            self._restrictions.check(scope["headers"], "shared-memory")
-            return await self._system_shm(receive, send, method, _segment(match.group(1)), match.group(2))
-        match = _CUDA_SHM_ROUTE.fullmatch(path)
-        if match is not None:
-            self._restrictions.check(scope["headers"], "shared-memory")
-            return await self._cuda_shm(receive, send, method, _segment(match.group(1)), match.group(2))
-        match = _REPOSITORY_ROUTE.fullmatch(path)
-        if match is not None:
-            self._restrictions.check(scope["headers"], "model-repository")
-            # a load request whose declared size is over the limit (files in it, say) is refused
-            # from its head, before its body is read, as an inference request is
+        route, parameters = found
+        self._restrictions.check(scope["headers"], route.group)
+        if route.limit_head:
+            # a request whose declared size is over the limit (a load request's files, say) is
+            # refused from its head, before its body is read, as an inference request is
             declared = _content_length(scope["headers"])
             if declared > self.max_input_size:
                 raise too_large(declared, self.max_input_size, json_only=True)
-            repository, _, model, action = match.groups()
-            return await self._repository(
-                receive, send, method, _segment(repository), _segment(model), action or "index"
-            )
-        if path == "/v2/trace/setting":
-            self._restrictions.check(scope["headers"], "trace")
-            return await self._trace(receive, send, method, "")
-        return await not_found(send)
+        method: str = scope["method"]
+        if method not in route.methods:
+            return await not_allowed(send)
+        await route.handler(self, scope, receive, send, method, *parameters)
 
     # inference -------------------------------------------------------------------------------------
-    async def _infer(self, scope: Scope, receive: Receive, send: Send, model: str, version: str) -> None:
+    async def _infer(
+        self, scope: Scope, receive: Receive, send: Send, method: str, model: str, version: str
+    ) -> None:
         headers = InferHeaders.of(scope["headers"])
         limit = self.max_input_size
         if headers.content_length > limit:
@@ -226,10 +162,10 @@ class HttpFrontend:
         """(model, version) when `path` (a request target without query) is POST-able inference."""
         if not path.startswith(b"/v2/models/") or not path.endswith(b"/infer"):
             return None
-        match = _MODEL_ROUTE.fullmatch(path.decode("latin-1"))
-        if match is None or match.group(3) != "infer":
+        found = _INFER_PATH.fullmatch(path.decode("latin-1"))
+        if found is None:
             return None
-        model, version = match.group(1), match.group(2) or ""
+        model, version = found.group(1), found.group(2) or ""
         return (unquote(model) if "%" in model else model), version
 
     async def infer_direct(
@@ -241,13 +177,8 @@ class HttpFrontend:
         try:
             payload, response_headers = await self._infer_body(model, version, headers, body)
             return 200, response_headers, payload
-        except _HttpError as error:
-            return error.code.http_status, [JSON, *error.headers], _error_body(error.message)
-        except TritonError as error:
-            return error.code.http_status, [JSON], _error_body(error.message)
-        except Exception as exc:  # a bug must still answer, as JSON, and be logged with its traceback
-            log.exception("unexpected error handling POST /v2/models/%s/infer", model)
-            return 500, [JSON], _error_body(f"internal error: {type(exc).__name__}: {exc}")
+        except Exception as exc:
+            return _error_answer(exc, "POST", f"/v2/models/{model}/infer")
 
     async def _infer_body(
         self, model: str, version: str, headers: InferHeaders, body: bytes | bytearray
@@ -264,12 +195,13 @@ class HttpFrontend:
                 )
             body = decompress(body, encoding, limit)
 
+        service = self.service
+        admission = service.admission(model, version)  # the model, resolved once for the request
         header_value = headers.header_length
         try:
             header_length = None if header_value is None else parse_header_length(header_value, len(body))
             if header_length == 0:
-                config = self.service.model_config(model, version).config
-                request, binary_default = decode_raw_request(body, model, version, config)
+                request, binary_default = decode_raw_request(body, model, version, admission.config)
             else:
                 request, binary_default = decode_request(
                     body,
@@ -280,22 +212,17 @@ class HttpFrontend:
                     shm=self._shm_view,
                 )
         except TritonError:
-            # as in Triton, a request for a model that is not there says so, whatever its body
-            if not self.service.model_ready(model, version).ready:
-                self.service.model_metadata(model, version)
+            admission.require()  # as in Triton, a request for a model that is not there says so
             raise
-        if self.service.is_decoupled(model, version):
+        if admission.decoupled:
             raise TritonError(
                 ErrorCode.UNSUPPORTED,
                 "HTTP end point doesn't support models with decoupled transaction policy",
             )
         if received:
-            trace = self.tracer.sample(model, headers.traceparent.decode("latin-1"))
-            if trace is not None:
-                trace.stamp(HTTP_RECV_START, headers.began_ns or received)
-                trace.stamp(HTTP_RECV_END, received)
-                headers.trace = request.trace = trace
-        response = await self.service.infer(request)
+            stamps = ((HTTP_RECV_START, headers.began_ns or received), (HTTP_RECV_END, received))
+            headers.trace = service.sample_trace(request, headers.traceparent.decode("latin-1"), stamps)
+        response = await service.infer(request, admission)
         payload, json_length = encode_response(response, request.outputs, binary_default, shm=self._shm_view)
         if json_length is None:
             response_headers = [JSON]
@@ -308,58 +235,68 @@ class HttpFrontend:
                 response_headers.append((b"content-encoding", chosen.encode()))
         return payload, response_headers
 
-    # models ----------------------------------------------------------------------------------------
-    async def _model(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        method: str,
-        model: str,
-        version: str,
-        action: str | None,
+    # server and models -----------------------------------------------------------------------------
+    async def _server_metadata(self, scope: Scope, receive: Receive, send: Send, method: str) -> None:
+        await self._json(send, self.service.server_metadata())
+
+    async def _live(self, scope: Scope, receive: Receive, send: Send, method: str) -> None:
+        await respond(send, 200 if self.service.live() else 400, b"", [_TEXT])
+
+    async def _ready(self, scope: Scope, receive: Receive, send: Send, method: str) -> None:
+        await respond(send, 200 if self.service.ready() else 400, b"", [_TEXT])
+
+    async def _model_metadata(
+        self, scope: Scope, receive: Receive, send: Send, method: str, model: str, version: str
     ) -> None:
-        service = self.service
-        if action == "trace/setting":
-            if version:  # Triton has no per-version trace settings: no such route
-                return await not_found(send)
-            return await self._trace(receive, send, method, model)
-        if action in ("generate", "generate_stream"):
-            if method != "POST":
-                return await not_allowed(send)
-            return await self._generate(receive, send, model, version, action == "generate_stream")
-        if method != "GET":
-            return await not_allowed(send)
-        if action is None:
-            return await self._json(send, service.model_metadata(model, version))
-        if action == "ready":
-            if service.model_ready(model, version).ready:
-                return await respond(send, 200, b"", [_TEXT])
-            return await respond(send, 400, b'{"error":"Model version not ready"}', [_TEXT])
-        if action == "config":
-            return await self._json(send, service.model_config(model, version))
-        return await self._json(send, service.statistics(model, version))  # stats
+        await self._json(send, self.service.model_metadata(model, version))
+
+    async def _model_ready(
+        self, scope: Scope, receive: Receive, send: Send, method: str, model: str, version: str
+    ) -> None:
+        if self.service.model_ready(model, version).ready:
+            return await respond(send, 200, b"", [_TEXT])
+        await respond(send, 400, b'{"error":"Model version not ready"}', [_TEXT])
+
+    async def _model_config(
+        self, scope: Scope, receive: Receive, send: Send, method: str, model: str, version: str
+    ) -> None:
+        await self._json(send, self.service.model_config(model, version))
+
+    async def _statistics(
+        self, scope: Scope, receive: Receive, send: Send, method: str, model: str = "", version: str = ""
+    ) -> None:
+        await self._json(send, self.service.statistics(model, version))
 
     # generate extension ----------------------------------------------------------------------------
-    async def _generate(self, receive: Receive, send: Send, model: str, version: str, stream: bool) -> None:
-        """POST .../generate (exactly one response, as JSON) and .../generate_stream (every response
-        as a server-sent event); see `decode_generate` and `encode_generate` for the JSON forms."""
-        batching, schema = self.service.input_schema(model, version)
+    async def _generate(
+        self, scope: Scope, receive: Receive, send: Send, method: str, model: str, version: str
+    ) -> None:
+        """POST .../generate: exactly one response, as JSON (see `decode_generate` and
+        `encode_generate` for the JSON forms)."""
+        answers = await self._generate_answers(receive, model, version)
+        async with contextlib.aclosing(answers):
+            items = [item async for item in answers if item.response is not None or item.error is not None]
+        if len(items) != 1:
+            return await respond(send, 200, _error_body(GENERATE_ONE_RESPONSE))
+        if items[0].error is not None:
+            return await respond(send, 400, _error_body(items[0].error.message))
+        assert items[0].response is not None
+        await respond(send, 200, encode_generate(items[0].response))
+
+    async def _generate_events(
+        self, scope: Scope, receive: Receive, send: Send, method: str, model: str, version: str
+    ) -> None:
+        """POST .../generate_stream: every response as a server-sent event."""
+        await self._generate_stream(receive, send, await self._generate_answers(receive, model, version))
+
+    async def _generate_answers(
+        self, receive: Receive, model: str, version: str
+    ) -> AsyncGenerator[StreamResponse, None]:
+        admission = self.service.admission(model, version)
+        batching, schema = self.service.input_schema(admission)
         body = await read_body(receive, self.max_input_size, True)
         request = decode_generate(body, model, version, batching, schema)
-        answers = self.service.infer_stream(request)
-        if not stream:
-            async with contextlib.aclosing(answers):
-                items = [
-                    item async for item in answers if item.response is not None or item.error is not None
-                ]
-            if len(items) != 1:
-                return await respond(send, 200, _error_body(GENERATE_ONE_RESPONSE))
-            if items[0].error is not None:
-                return await respond(send, 400, _error_body(items[0].error.message))
-            assert items[0].response is not None
-            return await respond(send, 200, encode_generate(items[0].response))
-        await self._generate_stream(receive, send, answers)
+        return self.service.infer_stream(request, admission)
 
     async def _generate_stream(
         self, receive: Receive, send: Send, answers: AsyncGenerator[StreamResponse, None]
@@ -417,17 +354,26 @@ class HttpFrontend:
             watcher.cancel()
 
     # repository ------------------------------------------------------------------------------------
-    async def _repository(
-        self, receive: Receive, send: Send, method: str, repository: str, model: str, action: str
+    async def _repository_index(
+        self, scope: Scope, receive: Receive, send: Send, method: str, repository: str
     ) -> None:
-        if method != "POST":
-            return await not_allowed(send)
         document = await self._optional_json(receive)
-        if action == "index":  # a repository name is accepted and ignored here, as in Triton
-            ready = document.get("ready", False)
-            if type(ready) is not bool:
-                raise invalid_arg("Invalid value for 'ready': expected a boolean")
-            return await self._json(send, self.service.repository_index(ready))
+        ready = document.get("ready", False)  # a repository name is accepted and ignored, as in Triton
+        if type(ready) is not bool:
+            raise invalid_arg("Invalid value for 'ready': expected a boolean")
+        await self._json(send, self.service.repository_index(ready))
+
+    async def _repository_model(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        method: str,
+        repository: str,
+        model: str,
+        action: str,
+    ) -> None:
+        document = await self._optional_json(receive)
         if repository:
             raise unsupported("'repository_name' specification is not supported")
         params = document.get("parameters", {})
@@ -446,22 +392,17 @@ class HttpFrontend:
         await respond(send, 200, b"")
 
     # logging and trace -----------------------------------------------------------------------------
-    async def _logging(self, receive: Receive, send: Send, method: str) -> None:
+    async def _logging(self, scope: Scope, receive: Receive, send: Send, method: str) -> None:
         if method == "GET":
             return await self._json(send, self.service.update_log_settings({}))
-        if method != "POST":
-            return await not_allowed(send)
         document = parse_json(await read_body(receive, self.max_input_size, True))
         changes = {}
         if type(document) is dict:  # Triton ignores unknown keys, nulls and non-object bodies
             changes = {k: document[k] for k in _LOG_KEYS if document.get(k) is not None}
         await self._json(send, self.service.update_log_settings(changes))
 
-    async def _trace(self, receive: Receive, send: Send, method: str, model: str) -> None:
-        if method not in ("GET", "POST"):
-            return await not_allowed(send)
-        if model and not self.service.model_ready(model).ready:
-            raise invalid_arg(f"Request for unknown model : {model}")
+    async def _trace(self, scope: Scope, receive: Receive, send: Send, method: str, model: str = "") -> None:
+        self.service.trace_model(model)
         if method == "GET":
             return await self._json(send, self.service.trace_settings(model))
         document = parse_json(await read_body(receive, self.max_input_size, True))
@@ -482,9 +423,9 @@ class HttpFrontend:
         await self._json(send, self.service.update_trace_settings(changes, model))
 
     # shared memory ---------------------------------------------------------------------------------
-    async def _system_shm(self, receive: Receive, send: Send, method: str, region: str, action: str) -> None:
-        if method != ("GET" if action == "status" else "POST"):
-            return await not_allowed(send)
+    async def _system_shm(
+        self, scope: Scope, receive: Receive, send: Send, method: str, region: str, action: str
+    ) -> None:
         if action == "status":
             return await self._json(send, self.shm.status(region))
         if action == "unregister":
@@ -515,9 +456,9 @@ class HttpFrontend:
         self.shm.register(region, key, offset, byte_size)
         await respond(send, 200, b"")
 
-    async def _cuda_shm(self, receive: Receive, send: Send, method: str, region: str, action: str) -> None:
-        if method != ("GET" if action == "status" else "POST"):
-            return await not_allowed(send)
+    async def _cuda_shm(
+        self, scope: Scope, receive: Receive, send: Send, method: str, region: str, action: str
+    ) -> None:
         if action == "status":
             if region:
                 raise TritonError(
@@ -555,10 +496,17 @@ def _content_length(headers: list[tuple[bytes, bytes]]) -> int:
     return -1
 
 
-def _segment(value: str | None) -> str:
-    if not value:
-        return ""
-    return unquote(value) if "%" in value else value
+def _error_answer(exc: Exception, method: str, path: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """The answer (status, headers, body) to a request that failed with `exc`: the HTTP status of a
+    TritonError's code with {"error": message}; a restricted API's refusal, 403 with its text; anything
+    else is a bug, answered 500 as JSON and logged with its traceback."""
+    if isinstance(exc, TritonError):
+        headers = [JSON, *exc.headers] if isinstance(exc, _HttpError) else [JSON]
+        return exc.code.http_status, headers, _error_body(exc.message)
+    if isinstance(exc, Refused):
+        return 403, [_TEXT], exc.body
+    log.error("unexpected error handling %s %s", method, path, exc_info=exc)
+    return 500, [JSON], _error_body(f"internal error: {type(exc).__name__}: {exc}")
 
 
 def create_http_app(
@@ -574,3 +522,39 @@ def create_http_app(
     (--allow-client-shm), in `shm_registry` if given (to share the regions with another front end);
     `restricted` the groups --http-restricted-api restricts."""
     return HttpFrontend(service, max_input_size, allow_client_shm, shm_registry, restricted)
+
+
+_MODEL = r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"  # a model, and a version when one is named
+_SYSTEM_SHM = r"/v2/systemsharedmemory(?:/region/([^/]+))?"
+_CUDA_SHM = r"/v2/cudasharedmemory(?:/region/([^/]+))?"
+_REPOSITORY = r"/v2/repository(?:/([^/]+))?"
+_GET, _POST, _GET_POST = ("GET",), ("POST",), ("GET", "POST")
+_REPO = "model-repository"
+_F = HttpFrontend
+
+# Triton's routes (server/src/http_server.cc), first match wins: methods, path, handler, restricted group
+ROUTES = RouteTable(
+    (
+        Route(_GET, r"/v2/models/stats", _F._statistics, "statistics"),
+        Route(_POST, _MODEL + "/infer", _F._infer, "inference"),
+        Route(_POST, _MODEL + "/generate", _F._generate, "inference"),
+        Route(_POST, _MODEL + "/generate_stream", _F._generate_events, "inference"),
+        Route(_GET, _MODEL + "/ready", _F._model_ready, "health"),
+        Route(_GET, _MODEL + "/config", _F._model_config, "model-config"),
+        Route(_GET, _MODEL + "/stats", _F._statistics, "statistics"),
+        Route(_GET_POST, r"/v2/models/([^/]+)/trace/setting", _F._trace, "trace"),  # no per-version one
+        Route(_GET, _MODEL, _F._model_metadata, "metadata"),
+        Route(_GET_POST, r"/v2/logging", _F._logging, "logging"),
+        Route(_GET, r"/v2", _F._server_metadata, "metadata"),
+        Route(_GET, r"/v2/health/live", _F._live, "health"),
+        Route(_GET, r"/v2/health/ready", _F._ready, "health"),
+        Route(_GET, _SYSTEM_SHM + "/(status)", _F._system_shm, "shared-memory"),
+        Route(_POST, _SYSTEM_SHM + "/(register|unregister)", _F._system_shm, "shared-memory"),
+        Route(_GET, _CUDA_SHM + "/(status)", _F._cuda_shm, "shared-memory"),
+        Route(_POST, _CUDA_SHM + "/(register|unregister)", _F._cuda_shm, "shared-memory"),
+        Route(_POST, _REPOSITORY + "/index", _F._repository_index, _REPO, limit_head=True),
+        Route(_POST, _REPOSITORY + "/models/([^/]+)/(load|unload)", _F._repository_model, _REPO, True),
+        Route(_GET_POST, r"/v2/trace/setting", _F._trace, "trace"),
+    )
+)
+_INFER_PATH = re.compile(_MODEL + "/infer")  # the fast path's one route (http_fast_path)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
-    from server.repository.models import StatsBook
+    from server.scheduling.latency_summary import LatencySummaries
 
 # (stage of LatencySummaries, family name, HELP text as Triton 2.51 writes it)
 SUMMARIES = (
@@ -50,16 +50,14 @@ SUMMARIES = (
 )
 
 
-def summary_families(book: StatsBook, versions: Sequence[tuple[str, str]]) -> Iterator[Metric]:
-    """The five summary families over the loaded `versions` ((model, version) pairs); none when
-    summaries are off or no version is loaded."""
+def summary_families(
+    versions: Sequence[tuple[str, str, LatencySummaries | None]],
+) -> Iterator[Metric]:
+    """The five summary families over the loaded `versions` ((model, version, their summaries)); none
+    when summaries are off or no version is loaded."""
     from prometheus_client.core import Metric
 
-    rows = []
-    for model, version in versions:
-        stats = book.by_version.get((model, int(version)))
-        if stats is not None and stats.summaries is not None:
-            rows.append((model, version, stats.summaries))
+    rows = [(model, version, summaries) for model, version, summaries in versions if summaries is not None]
     if not rows:
         return
     for stage, name, documentation in SUMMARIES:

@@ -1,7 +1,8 @@
 """The Prometheus endpoint: Triton's metric families, names, HELP texts and labels, so that dashboards
 and alerts written for Triton read tcli unchanged.
 
-Everything is read at scrape time from the per model-version statistics (`server/stats.py`) that the
+Everything is read at scrape time, through the service (`InferenceService.metrics`,
+server/metrics_snapshot.py), from the per model-version statistics (`server/stats.py`) that the
 statistics API also serves; nothing on the request path touches a metric. A custom prometheus_client
 collector turns one snapshot of those statistics into metric families; prometheus_client's text
 exposition (format 0.0.4) writes them.
@@ -72,8 +73,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psutil
 
@@ -81,15 +81,13 @@ from server.frontends.cache_metrics import per_model_families, whole_cache_famil
 from server.frontends.custom_metrics import CustomFamilies, custom_families
 from server.frontends.http_asgi_io import Receive, Scope, Send, lifespan
 from server.frontends.latency_metrics import summary_families
-from server.repository.models import ModelState
 from server.scheduling.latency_summary import MetricsConfig
-from server.stats import ModelStats
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
-    from server.repository.manager import ModelManager
-    from server.repository.models import ServedModel
+    from server.metrics_snapshot import VersionSnapshot
+    from server.service import InferenceService
 
 # prometheus_client is imported at the first scrape, not at start-up: its package imports its whole
 # exposition stack (http.server, wsgiref, ...), ~35 ms with the GIL held while models load.
@@ -158,7 +156,6 @@ _READY = (
     "tcli_model_ready",
     "Whether the model version is ready (1) or not (0: loading, failed to load); tcli's own, not Triton's",
 )
-_UNLOADED = "unloaded"  # the repository's reason for a version unloaded on purpose (not a failure)
 
 
 # ------------------------------------------------------------------------------------------ host CPU
@@ -214,24 +211,7 @@ def memory_bytes() -> tuple[int, int]:
     return int(memory.total), int(memory.total - memory.available)
 
 
-# ------------------------------------------------------------------------------------------ snapshot
-@dataclass(frozen=True)
-class VersionSnapshot:
-    """What one scrape reads about one loaded model version."""
-
-    model: str
-    version: str
-    stats: dict[str, Any]  # ModelStats.as_dict(), taken under the statistics lock
-    failures: dict[str, int]  # reason (one of FAILURE_REASONS) -> count
-    pending: int
-    batch_buckets: tuple[int, ...]  # finite histogram bounds for tcli_inference_batch_size
-    response_cache: bool = False  # the model's config enables the response cache
-
-    @property
-    def labels(self) -> list[str]:
-        return [self.model, self.version]
-
-
+# ------------------------------------------------------------------------------------------ families
 def batch_buckets(max_batch_size: int, preferred: Iterable[int] = ()) -> tuple[int, ...]:
     """Finite bucket bounds for the batch-size histogram: 1, 2, 4, ... below max_batch_size, the
     preferred batch sizes, and max_batch_size itself (just 1 for a model without batching)."""
@@ -254,41 +234,6 @@ def _failures_by_reason(failures: dict[str, int]) -> dict[str, int]:
     return counts
 
 
-def _model_buckets(model: ServedModel) -> tuple[int, ...]:
-    config = model.config
-    if config is None:
-        return (1,)
-    preferred: list[int] = []
-    if config.WhichOneof("scheduling_choice") == "dynamic_batching":
-        preferred = list(config.dynamic_batching.preferred_batch_size)
-    return batch_buckets(config.max_batch_size, preferred)
-
-
-def snapshot(manager: ModelManager) -> list[VersionSnapshot]:
-    """Every loaded model version (sorted by name, then version) with its statistics right now."""
-    rows: list[VersionSnapshot] = []
-    for name, model in sorted(list(manager.models().items())):
-        buckets = _model_buckets(model)
-        for version, entry in sorted(list(model.versions.items())):
-            if entry.runner is None and entry.state != ModelState.READY:
-                continue  # not loaded: Triton has no series for it either
-            stats = manager.stats.by_version.get((name, version)) or ModelStats(name, str(version))
-            pending = entry.runner.scheduler.pending() if entry.runner is not None else 0
-            rows.append(
-                VersionSnapshot(
-                    model=name,
-                    version=str(version),
-                    stats=stats.as_dict(),
-                    failures=_failures_by_reason(dict(stats.failures)),
-                    pending=int(pending),
-                    batch_buckets=buckets,
-                    response_cache=model.config is not None and model.config.response_cache.enable,
-                )
-            )
-    return rows
-
-
-# ------------------------------------------------------------------------------------------ families
 def _counter(name: str, documentation: str) -> Metric:
     """A counter family whose samples carry the family name itself, as Triton's do (no `_total`)."""
     from prometheus_client.core import Metric
@@ -314,8 +259,9 @@ def model_families(versions: list[VersionSnapshot], counter_latencies: bool = Tr
     for row in versions:
         key = {"model": row.model, "version": row.version}
         success.add_sample(_SUCCESS[0], key, row.stats["inference_stats"]["success"]["count"])
+        failures = _failures_by_reason(row.failures)
         for reason in FAILURE_REASONS:
-            failure.add_sample(_FAILURE[0], {**key, "reason": reason}, row.failures[reason])
+            failure.add_sample(_FAILURE[0], {**key, "reason": reason}, failures[reason])
         count.add_sample(_COUNT[0], key, row.stats["inference_count"])
         exec_count.add_sample(_EXEC_COUNT[0], key, row.stats["execution_count"])
     yield from (success, failure, count, exec_count)
@@ -348,7 +294,7 @@ def batch_size_families(versions: list[VersionSnapshot]) -> Iterator[Metric]:
         }
         buckets: list[tuple[str, float]] = [
             (str(bound), sum(n for size, n in executions.items() if size <= bound))
-            for bound in row.batch_buckets
+            for bound in batch_buckets(row.max_batch_size, row.preferred_batch_sizes)
         ]
         buckets.append(("+Inf", sum(executions.values())))
         rows_executed = sum(size * n for size, n in executions.items())
@@ -356,15 +302,13 @@ def batch_size_families(versions: list[VersionSnapshot]) -> Iterator[Metric]:
     yield histogram
 
 
-def ready_families(manager: ModelManager) -> Iterator[Metric]:
-    """tcli_model_ready per version of the repository index (read from memory, not from storage)."""
+def ready_families(readiness: list[tuple[str, str, bool]]) -> Iterator[Metric]:
+    """tcli_model_ready per version of the repository index: (model, version, ready) rows."""
     from prometheus_client.core import GaugeMetricFamily
 
     ready = GaugeMetricFamily(*_READY, labels=("model", "version"))
-    for name, model in sorted(list(manager.models().items())):
-        for version, entry in sorted(list(model.versions.items())):
-            if entry.reason != _UNLOADED:
-                ready.add_metric([name, str(version)], 1 if entry.state == ModelState.READY else 0)
+    for model, version, is_ready in readiness:
+        ready.add_metric([model, version], 1 if is_ready else 0)
     if ready.samples:
         yield ready
 
@@ -379,33 +323,34 @@ def host_families(cpu: CpuSampler) -> Iterator[Metric]:
 
 
 class TritonCollector:
-    """A prometheus_client collector over a ModelManager (a CollectorRegistry takes any object with
-    collect()): Triton's per-model families, the host CPU and memory gauges (Triton's order), then
-    tcli's own families."""
+    """A prometheus_client collector over the service's metrics snapshot (a CollectorRegistry takes
+    any object with collect()): Triton's per-model families, the host CPU and memory gauges (Triton's
+    order), then tcli's own families."""
 
     def __init__(
         self,
-        manager: ModelManager,
+        service: InferenceService,
         cpu: CpuSampler | None = None,
         cpu_metrics: bool = True,
         custom: CustomFamilies | None = None,
         config: MetricsConfig | None = None,
     ) -> None:
         self.config = config or MetricsConfig()  # --metrics-config
-        self.manager = manager
+        self.service = service
         self.cpu = cpu or CpuSampler()
         self.cpu_metrics = cpu_metrics  # --allow-cpu-metrics
         self.custom = custom  # python models' own families (server/frontends/custom_metrics.py)
 
     def collect(self) -> Iterable[Metric]:
-        versions = snapshot(self.manager)
+        snapshot = self.service.metrics()
+        versions = snapshot.versions
         return [
             *model_families(versions, self.config.counter_latencies),
             *(host_families(self.cpu) if self.cpu_metrics else ()),
-            *whole_cache_families(cache.summary() if (cache := self.manager.response_cache) else None),
-            *summary_families(self.manager.stats, [(row.model, row.version) for row in versions]),
+            *whole_cache_families(snapshot.cache),
+            *summary_families([(row.model, row.version, row.summaries) for row in versions]),
             *batch_size_families(versions),
-            *ready_families(self.manager),
+            *ready_families(snapshot.readiness),
             *(custom_families(self.custom()) if self.custom is not None else ()),
         ]
 
@@ -449,15 +394,15 @@ def _shared_cpu() -> CpuSampler:
 
 
 def metrics_text(
-    manager: ModelManager,
+    service: InferenceService,
     cpu: CpuSampler | None = None,
     cpu_metrics: bool = True,
     custom: CustomFamilies | None = None,
     config: MetricsConfig | None = None,
 ) -> bytes:
-    """The /metrics body for `manager` right now. Without `cpu`, CPU utilisation is measured with a
+    """The /metrics body for `service`'s models right now. Without `cpu`, CPU utilisation is measured with a
     process-wide sampler (since its first use); the metrics app keeps its own, started with it."""
-    return render(TritonCollector(manager, cpu or _shared_cpu(), cpu_metrics, custom, config).collect())
+    return render(TritonCollector(service, cpu or _shared_cpu(), cpu_metrics, custom, config).collect())
 
 
 # ------------------------------------------------------------------------------------------ ASGI app
@@ -465,7 +410,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # prometheus_client's
 
 
 def create_metrics_app(
-    manager: ModelManager,
+    service: InferenceService,
     metrics_interval_ms: float = DEFAULT_METRICS_INTERVAL_MS,
     *,
     cpu_metrics: bool = True,
@@ -493,7 +438,7 @@ def create_metrics_app(
                 send, 405, b"Method Not Allowed\n", "text/plain; charset=utf-8", [(b"allow", b"GET, HEAD")]
             )
         else:
-            body = metrics_text(manager, cpu, cpu_metrics, custom, config)
+            body = metrics_text(service, cpu, cpu_metrics, custom, config)
             await _respond(send, 200, body, CONTENT_TYPE, head=method == "HEAD")
 
     return app

@@ -82,3 +82,26 @@ def unsupported(message: str) -> TritonError:
 
 def internal(message: str) -> TritonError:
     return TritonError(ErrorCode.INTERNAL, message)
+
+
+# Triton's words for a request naming a model (or version) it cannot serve: clients and scripts match
+# them, so every layer that refuses such a request says it through these
+def model_not_found(name: str) -> TritonError:
+    return not_found(f"Request for unknown model: '{name}' is not found")
+
+
+def no_available_versions(name: str) -> TritonError:
+    return not_found(f"Request for unknown model: '{name}' has no available versions")
+
+
+def version_not_found(name: str, version: str) -> TritonError:
+    return not_found(f"Request for unknown model: '{name}' version {version} is not found")
+
+
+def version_not_ready(name: str, version: str) -> TritonError:
+    return unavailable(f"Request for unknown model: '{name}' version {version} is not at ready state")
+
+
+def trace_model_unknown(name: str) -> TritonError:
+    """The trace settings API's answer for a model that is not ready (its own wording, 400)."""
+    return invalid_arg(f"Request for unknown model : {name}")

@@ -29,7 +29,16 @@ from server.backends.locate import DEFAULT_BACKEND_DIRECTORY
 from server.config import backends
 from server.config.model_folder import ModelFolder, scan_model, select_versions
 from server.config.validate import response_cache_refusal
-from server.protocol.errors import ErrorCode, TritonError, internal, invalid_arg, not_found, unavailable
+from server.protocol.errors import (
+    ErrorCode,
+    TritonError,
+    internal,
+    invalid_arg,
+    model_not_found,
+    no_available_versions,
+    version_not_found,
+    version_not_ready,
+)
 from server.repository.load_failures import NO_VERSION, failed_model, load_failure, poll_failed
 from server.repository.memory import release_freed_memory
 from server.repository.models import ModelState, ServedModel, StatsBook, VersionEntry
@@ -151,7 +160,7 @@ class ModelManager:
         repository poll failed, so it never reached Triton's model list)."""
         model = self._models.get(name)
         if model is None or model.config is None:
-            raise not_found(f"Request for unknown model: '{name}' is not found")
+            raise model_not_found(name)
         return model
 
     def resolve(self, name: str, version: str = "") -> tuple[ServedModel, VersionEntry]:
@@ -160,17 +169,17 @@ class ModelManager:
         if version in ("", "-1"):
             ready = model.ready_versions()
             if not ready:
-                raise not_found(f"Request for unknown model: '{name}' has no available versions")
+                raise no_available_versions(name)
             return model, model.versions[ready[-1]]
         try:
             number = int(version)
         except ValueError:
-            raise not_found(f"Request for unknown model: '{name}' version {version} is not found") from None
+            raise version_not_found(name, version) from None
         entry = model.versions.get(number)
         if entry is None:
-            raise not_found(f"Request for unknown model: '{name}' version {version} is not found")
+            raise version_not_found(name, version)
         if entry.state != ModelState.READY:
-            raise unavailable(f"Request for unknown model: '{name}' version {version} is not at ready state")
+            raise version_not_ready(name, version)
         return model, entry
 
     def index(self, ready_only: bool = False) -> list[dict[str, str]]:

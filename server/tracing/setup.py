@@ -3,7 +3,7 @@ exported over OTLP/HTTP, whose SDK is imported only then."""
 
 from __future__ import annotations
 
-from server.service import TRACE_DEFAULTS
+from server.tracing.changes import TRACE_DEFAULTS
 from server.tracing.flags import TraceFlags
 from server.tracing.manager import TraceManager
 

@@ -33,7 +33,7 @@ class Metrics(Service):
 
         settings = app.settings
         metrics = create_metrics_app(
-            app.manager,
+            app.service,
             settings.metrics_interval_ms,
             cpu_metrics=settings.allow_cpu_metrics,
             custom=METRICS.collect,  # python models' pb_utils.MetricFamily families

@@ -164,7 +164,7 @@ class Server:
         from server.frontends.metrics import metrics_text
 
         app = self._connection.started()
-        text = metrics_text(app.manager, cpu_metrics=app.settings.allow_cpu_metrics, custom=METRICS.collect)
+        text = metrics_text(app.service, cpu_metrics=app.settings.allow_cpu_metrics, custom=METRICS.collect)
         return text.decode()
 
     # models ----------------------------------------------------------------------------------------

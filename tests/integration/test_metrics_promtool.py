@@ -108,8 +108,8 @@ def families(exposition: bytes) -> dict[str, tuple[str, str, set[frozenset[str]]
 class MetricsServer:
     """create_metrics_app served as `tcli serve` serves it (serve_http), on a free port, in a thread."""
 
-    def __init__(self, manager: ModelManager) -> None:
-        self.app = create_metrics_app(manager)
+    def __init__(self, service: InferenceService) -> None:
+        self.app = create_metrics_app(service)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.port = 0
@@ -146,7 +146,7 @@ def digits_request() -> InferenceRequest:
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[ModelManager]:
+def served() -> Iterator[InferenceService]:
     """The example ONNX models loaded for real, after successful, batched and failing requests."""
     manager = ModelManager([REPO], ControlMode.EXPLICIT)
     manager.load("simple")
@@ -161,12 +161,12 @@ def served() -> Iterator[ModelManager]:
         await asyncio.gather(*(service.infer(digits_request()) for _ in range(32)))
 
     asyncio.run(traffic())
-    yield manager
+    yield service
     manager.shutdown(timeout=30)
 
 
 @pytest.fixture(scope="module")
-def scrape(served: ModelManager) -> bytes:
+def scrape(served: InferenceService) -> bytes:
     with MetricsServer(served) as server:
         response = httpx.get(server.url, timeout=10)
         assert response.status_code == 200

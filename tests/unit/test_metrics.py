@@ -27,6 +27,7 @@ from server.frontends.metrics import (
 from server.repository.manager import ModelManager
 from server.repository.models import ModelState, ServedModel, VersionEntry
 from server.scheduling.work import DefaultScheduler, WorkItem
+from server.service import InferenceService
 
 # HELP texts and types exactly as real Triton 2.51 writes them (curl :8002/metrics), in its order
 TRITON_FAMILIES = [
@@ -183,7 +184,7 @@ def fill_batcher_stats(manager: ModelManager) -> None:
 
 # ----------------------------------------------------------------------------------------- families
 def test_families_are_tritons_in_tritons_order_then_tclis(manager: ModelManager) -> None:
-    scrape = Exposition(metrics_text(manager))
+    scrape = Exposition(metrics_text(InferenceService(manager)))
     expected = [*TRITON_FAMILIES, *HOST_FAMILIES]
     tcli_families = ["tcli_inference_batch_size", "tcli_model_ready"]
     assert scrape.order == [name for name, _, _ in expected] + tcli_families
@@ -195,7 +196,7 @@ def test_families_are_tritons_in_tritons_order_then_tclis(manager: ModelManager)
 
 
 def test_counter_samples_are_named_like_tritons_without_total(manager: ModelManager) -> None:
-    scrape = Exposition(metrics_text(manager))
+    scrape = Exposition(metrics_text(InferenceService(manager)))
     names = {name for name, _, _ in scrape.samples}
     for family, kind, _ in TRITON_FAMILIES:
         assert family in names
@@ -205,7 +206,7 @@ def test_counter_samples_are_named_like_tritons_without_total(manager: ModelMana
 
 
 def test_per_model_series_have_model_and_version_labels(manager: ModelManager) -> None:
-    scrape = Exposition(metrics_text(manager))
+    scrape = Exposition(metrics_text(InferenceService(manager)))
     loaded = [{"model": "batcher", "version": "1"}, {"model": "plain", "version": "2"}]
     for family, _, _ in TRITON_FAMILIES:
         if family == "nv_inference_request_failure":
@@ -223,7 +224,7 @@ def test_per_model_series_have_model_and_version_labels(manager: ModelManager) -
 
 def test_counters_read_the_statistics(manager: ModelManager) -> None:
     fill_batcher_stats(manager)
-    scrape = Exposition(metrics_text(manager))
+    scrape = Exposition(metrics_text(InferenceService(manager)))
     key = {"model": "batcher", "version": "1"}
     assert scrape.value("nv_inference_request_success", **key) == 7
     assert scrape.value("nv_inference_request_failure", reason="BACKEND", **key) == 2
@@ -245,7 +246,7 @@ def test_counters_read_the_statistics(manager: ModelManager) -> None:
 def test_a_latency_panel_divides_two_counters(manager: ModelManager) -> None:
     """Triton's dashboards: average queue time = queue_duration_us / request_success."""
     fill_batcher_stats(manager)
-    scrape = Exposition(metrics_text(manager))
+    scrape = Exposition(metrics_text(InferenceService(manager)))
     key = {"model": "batcher", "version": "1"}
     average_queue_us = scrape.value("nv_inference_queue_duration_us", **key) / scrape.value(
         "nv_inference_request_success", **key
@@ -254,15 +255,15 @@ def test_a_latency_panel_divides_two_counters(manager: ModelManager) -> None:
 
 
 def test_pending_request_count_is_the_queue_length(manager: ModelManager) -> None:
-    scrape = Exposition(metrics_text(manager))
+    scrape = Exposition(metrics_text(InferenceService(manager)))
     assert scrape.value("nv_inference_pending_request_count", model="batcher", version="1") == 3
     assert scrape.value("nv_inference_pending_request_count", model="plain", version="2") == 0
 
 
 def test_scrapes_follow_the_statistics(manager: ModelManager) -> None:
-    first = Exposition(metrics_text(manager))
+    first = Exposition(metrics_text(InferenceService(manager)))
     manager.stats.get("plain", 2).record_success(1, 1_000_000, 0, 0, 1_000_000, 0)
-    second = Exposition(metrics_text(manager))
+    second = Exposition(metrics_text(InferenceService(manager)))
     key = {"model": "plain", "version": "2"}
     assert first.value("nv_inference_request_success", **key) == 0
     assert second.value("nv_inference_request_success", **key) == 1
@@ -272,14 +273,14 @@ def test_scrapes_follow_the_statistics(manager: ModelManager) -> None:
 # ----------------------------------------------------------------------------------------- versions
 def test_unloaded_versions_have_no_series(manager: ModelManager) -> None:
     manager.stats.get("plain", 1).record_success(1, 1_000, 0, 0, 1_000, 0)  # counted before its unload
-    scrape = Exposition(metrics_text(manager))
+    scrape = Exposition(metrics_text(InferenceService(manager)))
     for name, labels, _ in scrape.samples:
         assert labels.get("version") != "1" or labels.get("model") != "plain", name
 
 
 def test_without_loaded_models_only_host_families_are_written(tmp_path: Path) -> None:
     manager = ModelManager([tmp_path])
-    scrape = Exposition(metrics_text(manager))
+    scrape = Exposition(metrics_text(InferenceService(manager)))
     assert scrape.order == [name for name, _, _ in HOST_FAMILIES]
 
 
@@ -287,7 +288,7 @@ def test_without_loaded_models_only_host_families_are_written(tmp_path: Path) ->
 def test_model_ready_is_one_per_ready_version_and_leaves_out_versions_unloaded_on_purpose(
     manager: ModelManager,
 ) -> None:
-    scrape = Exposition(metrics_text(manager))
+    scrape = Exposition(metrics_text(InferenceService(manager)))
     assert scrape.series("tcli_model_ready") == [
         {"model": "batcher", "version": "1"},
         {"model": "plain", "version": "2"},  # plain v1 was unloaded: no series, nothing to alert on
@@ -304,7 +305,7 @@ def test_model_ready_is_zero_for_versions_that_failed_or_are_loading(manager: Mo
         v1=VersionEntry(1, ModelState.UNAVAILABLE, "INTERNAL: model.py raised"),
         v2=VersionEntry(2, ModelState.LOADING),
     )
-    scrape = Exposition(metrics_text(manager))
+    scrape = Exposition(metrics_text(InferenceService(manager)))
     assert scrape.value("tcli_model_ready", model="broken", version="1") == 0
     assert scrape.value("tcli_model_ready", model="broken", version="2") == 0
     # the model-not-ready alert's view: no ready version of `broken`, while Triton's families skip it
@@ -315,7 +316,7 @@ def test_model_ready_is_written_when_no_version_loaded(tmp_path: Path) -> None:
     """Every model failed: Triton's per-model families are absent, the readiness gauge says why."""
     manager = ModelManager([tmp_path])
     serve(manager, config(PLAIN_CONFIG), v1=VersionEntry(1, ModelState.UNAVAILABLE, "failed"))
-    scrape = Exposition(metrics_text(manager))
+    scrape = Exposition(metrics_text(InferenceService(manager)))
     assert scrape.order == [name for name, _, _ in HOST_FAMILIES] + ["tcli_model_ready"]
     assert scrape.value("tcli_model_ready", model="plain", version="1") == 0
 
@@ -323,7 +324,7 @@ def test_model_ready_is_written_when_no_version_loaded(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------------------- batching
 def test_batch_size_histogram_shows_merged_executions(manager: ModelManager) -> None:
     fill_batcher_stats(manager)
-    scrape = Exposition(metrics_text(manager))
+    scrape = Exposition(metrics_text(InferenceService(manager)))
     key = {"model": "batcher", "version": "1"}
     buckets = {
         labels["le"]: value
@@ -343,7 +344,7 @@ def test_batch_size_histogram_shows_merged_executions(manager: ModelManager) -> 
 
 def test_batch_size_histogram_of_a_model_without_batching(manager: ModelManager) -> None:
     manager.stats.get("plain", 2).record_execution(1, 0, 1_000, 0)
-    scrape = Exposition(metrics_text(manager))
+    scrape = Exposition(metrics_text(InferenceService(manager)))
     key = {"model": "plain", "version": "2"}
     assert scrape.value("tcli_inference_batch_size_bucket", le="1", **key) == 1
     assert scrape.value("tcli_inference_batch_size_bucket", le="+Inf", **key) == 1
@@ -367,7 +368,7 @@ def test_batch_buckets(max_batch_size: int, preferred: list[int], expected: tupl
 
 # ----------------------------------------------------------------------------------------- host
 def test_host_memory_is_total_minus_available(manager: ModelManager) -> None:
-    scrape = Exposition(metrics_text(manager))
+    scrape = Exposition(metrics_text(InferenceService(manager)))
     total = scrape.value("nv_cpu_memory_total_bytes")
     used = scrape.value("nv_cpu_memory_used_bytes")
     assert total == psutil.virtual_memory().total
@@ -418,7 +419,7 @@ def call(app: ASGIApp, method: str, path: str) -> tuple[int, dict[bytes, bytes],
 
 
 def test_app_serves_metrics(manager: ModelManager) -> None:
-    status, headers, body = call(create_metrics_app(manager), "GET", "/metrics")
+    status, headers, body = call(create_metrics_app(InferenceService(manager)), "GET", "/metrics")
     assert status == 200
     assert headers[b"content-type"] == CONTENT_TYPE.encode()
     assert CONTENT_TYPE.startswith("text/plain; version=0.0.4")
@@ -427,7 +428,7 @@ def test_app_serves_metrics(manager: ModelManager) -> None:
 
 
 def test_app_answers_404_elsewhere_and_405_for_other_methods(manager: ModelManager) -> None:
-    app = create_metrics_app(manager)
+    app = create_metrics_app(InferenceService(manager))
     assert call(app, "GET", "/")[0] == 404
     assert call(app, "GET", "/v2/health/ready")[0] == 404
     status, headers, _ = call(app, "POST", "/metrics")
@@ -438,7 +439,7 @@ def test_app_answers_404_elsewhere_and_405_for_other_methods(manager: ModelManag
 
 
 def test_app_completes_lifespan(manager: ModelManager) -> None:
-    app = create_metrics_app(manager)
+    app = create_metrics_app(InferenceService(manager))
     incoming = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
     sent: list[str] = []
 
