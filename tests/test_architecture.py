@@ -241,3 +241,105 @@ def test_the_architecture_page_draws_the_layers_the_test_keeps() -> None:
         for prefix in prefixes:
             path = prefix.replace(".", "/")
             assert f"`{path}/`" in row or f"`{path}.py`" in row, f"layer '{name}' row does not name {path}"
+
+
+# ------------------------------------------------------------------------------- one home per concept
+FRONT_ENDS = [module for module in MODULES if module.startswith("server.frontends")]
+
+
+def _modules_saying(phrase: str) -> list[str]:
+    return sorted(module for module, path in MODULES.items() if phrase in path.read_text())
+
+
+def _nodes(module: str) -> Iterator[tuple[str, ast.AST]]:
+    """Every node of `module` with the name of the outermost function it is in (a method, for the
+    functions nested in it; "" at module level)."""
+
+    def visit(node: ast.AST, function: str) -> Iterator[tuple[str, ast.AST]]:
+        for child in ast.iter_child_nodes(node):
+            named = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            inside = child.name if named and not function else function
+            yield inside, child
+            yield from visit(child, inside)
+
+    return visit(ast.parse(MODULES[module].read_text()), "")
+
+
+def _calls(module: str) -> Iterator[tuple[str, str, str]]:
+    """(enclosing function, receiver, method) of every `receiver.method(...)` call in `module`."""
+    for function, node in _nodes(module):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            yield function, ast.unparse(node.func.value), node.func.attr
+
+
+def test_tritons_unknown_model_words_have_one_home() -> None:
+    assert _modules_saying("Request for unknown model") == ["server.protocol.errors"]
+
+
+def test_front_ends_never_read_the_repository() -> None:
+    """They go through the service (the layers above); /metrics reads the service's snapshot."""
+    wrong = [
+        f"{module} imports {target}"
+        for module in FRONT_ENDS
+        for target, _ in GRAPH[module]
+        if target.startswith("server.repository")
+    ]
+    assert not wrong, wrong
+
+
+def test_a_request_is_admitted_once_by_the_service() -> None:
+    """The service resolves an inference request's model once (`InferenceService.admission`) and
+    samples its trace (`sample_trace`): no front end asks whether a model is decoupled, ready or how
+    it is configured on its way to infer (only the endpoints answering those questions ask), and
+    nothing but the service asks the tracer to sample."""
+    endpoints = {
+        "model_ready": {"ModelReady", "_model_ready"},
+        "model_metadata": {"ModelMetadata", "_model_metadata"},
+        "model_config": {"ModelConfig", "_model_config"},
+        "is_decoupled": set(),
+    }
+    wrong = [
+        f"{module}: {function}() calls {receiver}.{method}()"
+        for module in FRONT_ENDS
+        for function, receiver, method in _calls(module)
+        if method in endpoints and function not in endpoints[method]
+    ]
+    wrong += [
+        f"{module}: {function}() samples a trace"
+        for module in MODULES
+        if module != "server.service"
+        for function, receiver, method in _calls(module)
+        if method == "sample" and receiver.endswith("tracer")
+    ]
+    assert not wrong, wrong
+
+
+def test_an_error_code_has_one_http_status() -> None:
+    """`ErrorCode.http_status` is Triton's table; the HTTP front end reads it in one place."""
+    readers = [
+        (module, function)
+        for module in MODULES
+        if module != "server.protocol.errors"
+        for function, node in _nodes(module)
+        if isinstance(node, ast.Attribute) and node.attr == "http_status"
+    ]
+    assert readers == [("server.frontends.http", "_error_answer")], readers
+
+
+def test_http_routes_are_one_table() -> None:
+    """Each HTTP route (methods, path, handler, restricted group) is a `Route` of the table in
+    server/frontends/http.py, and a restricted group is checked in one place: where it is matched."""
+    building = {
+        module
+        for module in FRONT_ENDS
+        for _, node in _nodes(module)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Route"
+    }
+    assert building == {"server.frontends.http"}, building
+    checks = [
+        (module, function)
+        for module in FRONT_ENDS
+        for function, receiver, method in _calls(module)
+        if method == "check" and receiver.endswith("_restrictions")
+    ]
+    assert checks == [("server.frontends.http", "_route")], checks

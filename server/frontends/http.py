@@ -292,11 +292,13 @@ class HttpFrontend:
     async def _generate_answers(
         self, receive: Receive, model: str, version: str
     ) -> AsyncGenerator[StreamResponse, None]:
-        admission = self.service.admission(model, version)
-        batching, schema = self.service.input_schema(admission)
+        # the model's inputs, or Triton's error for a model it does not have, before the body is read
+        batching, schema = self.service.input_schema(self.service.admission(model, version))
         body = await read_body(receive, self.max_input_size, True)
         request = decode_generate(body, model, version, batching, schema)
-        return self.service.infer_stream(request, admission)
+        # the body may have been slow to come: the model is resolved afresh as the request starts,
+        # so that a model unloaded meanwhile is not run in its retired version
+        return self.service.infer_stream(request)
 
     async def _generate_stream(
         self, receive: Receive, send: Send, answers: AsyncGenerator[StreamResponse, None]
