@@ -267,8 +267,10 @@ class InferenceService:
         self.requests_started += 1
         if admission is None:
             model, entry = self.manager.resolve(request.model_name, request.model_version)
+            decoupled = None  # read from the config below, should it matter
         else:
             model, entry = admission.require()
+            decoupled = admission.decoupled
         rules = model.rules
         trace = request.trace
         if trace is not None:
@@ -281,7 +283,7 @@ class InferenceService:
         config = model.config
         if config is None or rules is None or entry.runner is None:
             raise no_available_versions(request.model_name)
-        if unary and config.model_transaction_policy.decoupled:
+        if unary and (config.model_transaction_policy.decoupled if decoupled is None else decoupled):
             raise unsupported(
                 f"model '{request.model_name}' is decoupled: its responses can only be streamed "
                 "(gRPC ModelStreamInfer, HTTP generate_stream)"

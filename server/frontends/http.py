@@ -526,10 +526,10 @@ def create_http_app(
     return HttpFrontend(service, max_input_size, allow_client_shm, shm_registry, restricted)
 
 
-_MODEL = r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"  # a model, and a version when one is named
-_SYSTEM_SHM = r"/v2/systemsharedmemory(?:/region/([^/]+))?"
-_CUDA_SHM = r"/v2/cudasharedmemory(?:/region/([^/]+))?"
-_REPOSITORY = r"/v2/repository(?:/([^/]+))?"
+_MODEL = r"/v2/models/([^/]++)(?:/versions/([0-9]+))?"  # a model, and a version when one is named
+_SYSTEM_SHM = r"/v2/systemsharedmemory(?:/region/([^/]++))?"
+_CUDA_SHM = r"/v2/cudasharedmemory(?:/region/([^/]++))?"
+_REPOSITORY = r"/v2/repository(?:/([^/]++))?"
 _GET, _POST, _GET_POST = ("GET",), ("POST",), ("GET", "POST")
 _REPO = "model-repository"
 _F = HttpFrontend
@@ -544,7 +544,7 @@ ROUTES = RouteTable(
         Route(_GET, _MODEL + "/ready", _F._model_ready, "health"),
         Route(_GET, _MODEL + "/config", _F._model_config, "model-config"),
         Route(_GET, _MODEL + "/stats", _F._statistics, "statistics"),
-        Route(_GET_POST, r"/v2/models/([^/]+)/trace/setting", _F._trace, "trace"),  # no per-version one
+        Route(_GET_POST, r"/v2/models/([^/]++)/trace/setting", _F._trace, "trace"),  # no per-version one
         Route(_GET, _MODEL, _F._model_metadata, "metadata"),
         Route(_GET_POST, r"/v2/logging", _F._logging, "logging"),
         Route(_GET, r"/v2", _F._server_metadata, "metadata"),
@@ -555,7 +555,7 @@ ROUTES = RouteTable(
         Route(_GET, _CUDA_SHM + "/(status)", _F._cuda_shm, "shared-memory"),
         Route(_POST, _CUDA_SHM + "/(register|unregister)", _F._cuda_shm, "shared-memory"),
         Route(_POST, _REPOSITORY + "/index", _F._repository_index, _REPO, limit_head=True),
-        Route(_POST, _REPOSITORY + "/models/([^/]+)/(load|unload)", _F._repository_model, _REPO, True),
+        Route(_POST, _REPOSITORY + "/models/([^/]++)/(load|unload)", _F._repository_model, _REPO, True),
         Route(_GET_POST, r"/v2/trace/setting", _F._trace, "trace"),
     )
 )

@@ -26,30 +26,51 @@ class Route:
 
 
 class RouteTable:
-    """Routes matched at once: one regular expression of all patterns, each in a group of its own."""
+    """Routes matched at once. A route whose path has no parameters is found by a dict lookup; the
+    others by one regular expression of all their patterns, each in a group of its own. Either way
+    the first route listed that matches wins: a fixed path listed after a pattern that matches it
+    is refused when the table is built."""
 
     def __init__(self, routes: Sequence[Route]) -> None:
         self.routes = tuple(routes)
-        parts = []
-        self._by_group: dict[int, tuple[Route, int]] = {}  # outer group -> route, its parameter count
+        self._fixed: dict[str, tuple[Route, tuple[str, ...]]] = {}
+        # outer group of a route's pattern -> the route, and its parameters' groups
+        self._by_group: dict[int, tuple[Route, tuple[int, ...]]] = {}
+        parts: list[str] = []
         group = 1
-        for route in self.routes:
-            count = re.compile(route.pattern).groups
+        for index, route in enumerate(self.routes):
+            compiled = re.compile(route.pattern)
+            if compiled.groups == 0 and re.escape(route.pattern) == route.pattern:  # a fixed path
+                for earlier in self.routes[:index]:
+                    if re.fullmatch(earlier.pattern, route.pattern):
+                        raise ValueError(
+                            f"route {route.pattern} comes after {earlier.pattern}, which matches it"
+                        )
+                self._fixed[route.pattern] = (route, ())
+                continue
             parts.append(f"({route.pattern})")
-            self._by_group[group] = (route, count)
-            group += 1 + count
+            self._by_group[group] = (route, tuple(range(group + 1, group + 1 + compiled.groups)))
+            group += 1 + compiled.groups
         self._pattern = re.compile("|".join(parts))
 
     def match(self, path: str) -> tuple[Route, tuple[str, ...]] | None:
         """The first route whose pattern is the whole `path`, with its parameters (percent-decoded),
         or None."""
+        fixed = self._fixed.get(path)
+        if fixed is not None:
+            return fixed
         found = self._pattern.fullmatch(path)
         if found is None:
             return None
-        outer = found.lastindex  # a route's own group closes after the groups inside it
-        assert outer is not None
-        route, count = self._by_group[outer]
-        return route, tuple(_segment(value) for value in found.groups()[outer : outer + count])
+        # a route's own group closes after the groups inside it: the last one closed is the route's
+        route, groups = self._by_group[found.lastindex or 0]
+        if len(groups) == 1:
+            values: tuple[str | None, ...] = (found.group(groups[0]),)
+        else:
+            values = found.group(*groups) if groups else ()
+        if "%" in path:
+            return route, tuple([_segment(value) for value in values])
+        return route, tuple(["" if value is None else value for value in values])
 
 
 def _segment(value: str | None) -> str:

@@ -80,3 +80,22 @@ def test_the_first_route_listed_wins() -> None:
     )
     assert table.match("/a/b") == (table.routes[0], ("b",))
     assert table.match("/a/c") == (table.routes[1], ("c",))
+
+
+def test_a_fixed_path_listed_after_a_pattern_that_matches_it_is_refused() -> None:
+    async def handler(*_: object) -> None: ...
+
+    with pytest.raises(ValueError, match="/models/stats comes after /models/"):
+        RouteTable(
+            [
+                Route(("GET",), r"/models/([^/]+)", handler, "metadata"),
+                Route(("GET",), "/models/stats", handler, "statistics"),
+            ]
+        )
+    fixed_first = RouteTable(
+        [
+            Route(("GET",), "/models/stats", handler, "statistics"),
+            Route(("GET",), r"/models/([^/]+)", handler, "metadata"),
+        ]
+    )
+    assert fixed_first.match("/models/stats") == (fixed_first.routes[0], ())
