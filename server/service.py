@@ -7,7 +7,8 @@ Two ways to infer: `infer(request)` gives a model's one response (every model bu
 zero, one or many, the others exactly one). Both raise TritonError for a request that never reaches
 the model (unknown model, bad inputs, sequence errors, a full queue); `infer_stream` yields the
 errors the model answers with, as StreamResponse items, since a decoupled model may go on sending
-after one."""
+after one. A front end hands either the request's `admission` (its model, resolved once), and both
+go through one admission step (`_admit`); BLS and the in-process API leave it to them."""
 
 from __future__ import annotations
 
@@ -245,9 +246,8 @@ class InferenceService:
     def sample_trace(
         self, request: InferenceRequest, traceparent: str, received: tuple[tuple[str, int], ...]
     ) -> Trace | None:
-        """The request's trace (also set as `request.trace`) when tracing samples it, continuing the
-        client's W3C `traceparent`, with the front end's `received` (activity, ns) stamps (0: now).
-        The front ends ask only while `tracer.enabled`."""
+        """The request's trace (set as `request.trace`) when tracing samples it, continuing the W3C
+        `traceparent`, stamped with the front end's `received` (activity, ns; 0: now) so far."""
         trace = self.tracer.sample(request.model_name, traceparent)
         if trace is not None:
             for activity, ns in received:
@@ -258,10 +258,9 @@ class InferenceService:
     def _admit(
         self, request: InferenceRequest, admission: Admission | None, unary: bool
     ) -> tuple[ServedModel, VersionEntry]:
-        """What every inference request goes through before its model runs, unary or streamed: the
-        server still accepting, the model resolved (a front end's admission as it is, else now), the
-        trace started, the request checked against the config. An ensemble's request goes to its
-        scheduler next; any other one to its version's runner, which it then has."""
+        """Every inference request's steps before its model runs, unary or streamed: the server still
+        accepting, the model resolved (a front end's admission as it is, else now), the trace started,
+        the request checked. An ensemble goes to its scheduler next, any other model to its runner."""
         if not self.accepting:
             raise unavailable("Server is shutting down: not accepting new inference requests")
         self.requests_started += 1

@@ -1,6 +1,6 @@
-"""Restricted HTTP APIs (tritonserver --http-restricted-api): the group of each model route, and the
-check every route of a group makes before anything else (server/protocol/restricted.py). The other
-routes name their group where server/frontends/http.py routes them, as in Triton's HTTP server."""
+"""Restricted HTTP APIs (tritonserver --http-restricted-api): the check a route of a restricted group
+makes before anything else (server/protocol/restricted.py). Each route names its group in the route
+table of server/frontends/http.py, as in Triton's HTTP server."""
 
 from __future__ import annotations
 
@@ -8,18 +8,6 @@ import orjson
 
 from server.frontends.http_direct import carries
 from server.protocol.restricted import Restrictions, http_refusal
-
-# the group of each model route, by its action (None: the model's metadata)
-MODEL_GROUPS = {
-    None: "metadata",
-    "infer": "inference",
-    "generate": "inference",
-    "generate_stream": "inference",
-    "ready": "health",
-    "config": "model-config",
-    "stats": "statistics",
-    "trace/setting": "trace",
-}
 
 
 class Refused(Exception):
