@@ -247,6 +247,12 @@ def test_decoupled_models_are_flagged_for_the_front_ends(server: RunningServer, 
     assert server.service.is_decoupled("add_sub") is False
     assert server.service.is_decoupled("nope") is False
     assert server.service.is_decoupled("broken") is False
+    # a request's admission says so too, from the name even for a version it cannot serve
+    admission = server.service.admission("decoupled", "9")
+    assert admission.decoupled is True
+    assert admission.error is not None
+    assert admission.error.message == "Request for unknown model: 'decoupled' version 9 is not found"
+    assert server.service.admission("add_sub").decoupled is False
     answered = http.post("/v2/models/decoupled/infer", json=add_sub_body())
     assert answer(answered) == error(
         501, "HTTP end point doesn't support models with decoupled transaction policy"

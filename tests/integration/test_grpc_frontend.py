@@ -378,6 +378,32 @@ def test_stream_errors_do_not_close_the_stream(client: grpcclient.InferenceServe
     np.testing.assert_array_equal(good.as_numpy("OUTPUT0"), a + b)
 
 
+def test_an_inference_request_looks_its_model_up_once(
+    grpc_server: RunningGrpcServer, client: grpcclient.InferenceServerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ModelInfer and each ModelStreamInfer request take the service's admission and hand it to the
+    inference: one lookup of the model per request."""
+    manager = grpc_server.manager
+    lookups: list[str] = []
+    resolve, models = manager.resolve, manager.models
+    monkeypatch.setattr(manager, "resolve", lambda *a: lookups.append("resolve") or resolve(*a))
+    monkeypatch.setattr(manager, "models", lambda: lookups.append("models") or models())
+    inputs, _, _ = simple_inputs()
+    client.infer("simple", inputs)
+    assert lookups == ["resolve"]
+    lookups.clear()
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        client.async_stream_infer("simple", inputs, request_id="one")
+        client.async_stream_infer("simple", inputs, request_id="two")
+        received = [answers.get(timeout=30) for _ in range(2)]
+    finally:
+        client.stop_stream()
+    assert [error for _, error in received] == [None, None]
+    assert lookups == ["resolve", "resolve"]
+
+
 def test_stream_with_the_asyncio_client(grpc_server: RunningGrpcServer) -> None:
     inputs, a, b = simple_inputs()
 

@@ -230,6 +230,31 @@ def test_raw_binary_request(raw: httpx.Client) -> None:
     )
 
 
+def test_an_inference_request_looks_its_model_up_once(
+    http_server: RunningServer,
+    client: httpclient.InferenceServerClient,
+    raw: httpx.Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The front end takes the service's admission and hands it to infer: one lookup of the model per
+    request, a raw binary one (read with the model's config) included."""
+    manager = http_server.manager
+    lookups: list[str] = []
+    resolve, models = manager.resolve, manager.models
+    monkeypatch.setattr(manager, "resolve", lambda *a: lookups.append("resolve") or resolve(*a))
+    monkeypatch.setattr(manager, "models", lambda: lookups.append("models") or models())
+    client.infer("simple", simple_inputs()[0])
+    assert lookups == ["resolve"]
+    lookups.clear()
+    images, _ = digits(1)
+    headers = {"Inference-Header-Content-Length": "0"}
+    assert (
+        raw.post("/v2/models/digits_onnx/infer", content=images[0].tobytes(), headers=headers).status_code
+        == 200
+    )
+    assert lookups == ["resolve"]
+
+
 def test_system_shared_memory(client: httpclient.InferenceServerClient) -> None:
     key = f"/tcli_test_{uuid.uuid4().hex[:8]}"
     region = shm.create_shared_memory_region("io", key, 256)
