@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from server.backends.locate import DEFAULT_BACKEND_DIRECTORY, BackendNotFound, locate_backend
+from server.backends.base import DEFAULT_BACKEND_DIRECTORY
+from server.backends.locate import BackendNotFound, locate_backend
 from server.config import backends
 from server.config.parse import SourceText
 from server.config.problems import Problem, Severity
