@@ -12,8 +12,8 @@ requests as Triton hands it to `TritonPythonModel.execute`.
 Every capability the runner may use is declared here, with the default a backend gets by not
 overriding it: `RequestModel.inline_ok`, `RequestModel.execute_channels`, `RequestModel.serves_scope`,
 and the event-loop hand-off of `LoopRequestModel`. A backend class inherits one of these, so mypy
-rejects it (where it is created, in registry.py) when it misses an abstract method or overrides one
-with another signature.
+rejects it (where it is created, in its backend module's `load`) when it misses an abstract method or
+overrides one with another signature.
 """
 
 from __future__ import annotations

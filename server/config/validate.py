@@ -2,7 +2,7 @@
 
 Each rule adds a Problem worded as Triton's message where Triton has one, with a plain-words fix and
 the config.pbtxt line to edit. Rules that need other models (ensembles) or the model file live in
-ensemble.py and model_files.py.
+ensemble.py and model_files.py (which asks each backend to check its own file).
 """
 
 from __future__ import annotations
