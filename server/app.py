@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from server.backends.locate import DEFAULT_BACKEND_DIRECTORY
+from server.backends.base import DEFAULT_BACKEND_DIRECTORY
 from server.frontends.ports import PortInUseError, bind_failure
 from server.frontends.tls import ServerTls, TlsSettings, load_tls
 from server.logs import LogSettings

@@ -240,3 +240,118 @@ def test_the_architecture_page_draws_the_layers_the_test_keeps() -> None:
         for prefix in prefixes:
             path = prefix.replace(".", "/")
             assert f"`{path}/`" in row or f"`{path}.py`" in row, f"layer '{name}' row does not name {path}"
+
+
+# One home for the built-in backends: server/backends/table.py lists them (name, platforms, files,
+# loader, config completion, file check). Elsewhere a backend is reached through the table, so adding
+# one is one entry and one module. Two shapes give a second home away, and are refused outside it:
+# a literal collection naming two or more built-in backends (a list of them, a map from them), and
+# an expression compared with two or more of their names (an if-chain that picks per backend).
+BACKEND_TABLE = "server.backends.table"
+
+
+def _built_in_backends() -> set[str]:
+    """The names the table gives its entries: the first argument of each `BuiltInBackend(...)`."""
+    tree = ast.parse(MODULES[BACKEND_TABLE].read_text())
+    return {
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "BuiltInBackend"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    }
+
+
+BUILT_IN_BACKENDS = _built_in_backends()
+
+
+def _backend_lists(source: str, names: set[str]) -> list[tuple[int, list[str]]]:
+    """Literal tuples, lists, sets and dicts that name two or more of `names`, anywhere inside them
+    (outermost only)."""
+    found: list[tuple[int, list[str]]] = []
+    inside: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)) or id(node) in inside:
+            continue
+        within = list(ast.walk(node))
+        inside.update(id(n) for n in within)
+        named = {n.value for n in within if isinstance(n, ast.Constant) and n.value in names}
+        if len(named) >= 2:
+            found.append((node.lineno, sorted(named)))
+    return found
+
+
+def _backend_choices(source: str, names: set[str]) -> list[tuple[int, list[str]]]:
+    """Expressions compared (==, !=) with two or more of `names` in one module: a choice per backend."""
+    first: dict[str, int] = {}  # the compared expression (its ast) -> the line of its first comparison
+    compared: dict[str, set[str]] = {}
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare) or not all(
+            isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops
+        ):
+            continue
+        sides = [node.left, *node.comparators]
+        named = {s.value for s in sides if isinstance(s, ast.Constant) and s.value in names}
+        for side in sides:
+            if named and not isinstance(side, ast.Constant):
+                key = ast.dump(side)
+                first.setdefault(key, node.lineno)
+                compared.setdefault(key, set()).update(named)
+    return sorted((first[key], sorted(seen)) for key, seen in compared.items() if len(seen) >= 2)
+
+
+def test_the_backend_table_names_the_built_in_backends() -> None:
+    assert len(BUILT_IN_BACKENDS) >= 2, f"{MODULES[BACKEND_TABLE]} lists no BuiltInBackend entries"
+
+
+def test_only_the_backend_table_lists_the_built_in_backends() -> None:
+    second_homes = [
+        f"{path.relative_to(ROOT)}:{line}: names {', '.join(named)}"
+        for module, path in MODULES.items()
+        if module != BACKEND_TABLE
+        for line, named in _backend_lists(path.read_text(), BUILT_IN_BACKENDS)
+    ]
+    assert not second_homes, (
+        "built-in backends listed outside server/backends/table.py (read the table instead: "
+        "table.NAMES, table.built_in(name), an entry's platforms, model_file or module):\n"
+        + "\n".join(second_homes)
+    )
+
+
+def test_only_the_backend_table_chooses_by_built_in_backend() -> None:
+    choices = [
+        f"{path.relative_to(ROOT)}:{line}: compares one value with {', '.join(named)}"
+        for module, path in MODULES.items()
+        if module.startswith("server.") and module != BACKEND_TABLE
+        for line, named in _backend_choices(path.read_text(), BUILT_IN_BACKENDS)
+    ]
+    assert not choices, (
+        "a choice per built-in backend outside server/backends/table.py (give the entry's module the "
+        "behaviour, and call it through table.built_in(name)):\n" + "\n".join(choices)
+    )
+
+
+def test_the_backend_checks_find_the_shapes_they_refuse() -> None:
+    """The two checks above mean something only if they see a list and an if-chain of backends."""
+    names = {"onnxruntime", "pytorch", "python"}
+    listed = """
+BUILT_IN = ("onnxruntime", "pytorch", "python")
+FILES = (("model.onnx", "onnxruntime"), ("model.pt", "pytorch"))
+ONE = frozenset({"onnxruntime", "tensorflow"})
+"""
+    assert _backend_lists(listed, names) == [
+        (2, ["onnxruntime", "python", "pytorch"]),
+        (3, ["onnxruntime", "pytorch"]),
+    ]
+    chosen = """
+def load(config):
+    if config.backend == "onnxruntime":
+        return 1
+    elif "pytorch" != config.backend:
+        return 2
+    return 3 if backend == "python" else 4
+"""
+    assert _backend_choices(chosen, names) == [(3, ["onnxruntime", "pytorch"])]
