@@ -114,9 +114,10 @@ def test_bytes_tensor_round_trip(tensor: np.ndarray[Any, Any]) -> None:
 
 
 def test_truncated_bytes_tensor_is_refused() -> None:
-    with pytest.raises(ValueError, match="declares 5 bytes, 2 remain"):
+    """A ValueError a model can catch, worded as the server words a bad BYTES input."""
+    with pytest.raises(ValueError, match="expecting string of length 5 but only 2 bytes available"):
         pb_utils.deserialize_bytes_tensor(b"\x05\x00\x00\x00ab")
-    with pytest.raises(ValueError, match="4-byte length"):
+    with pytest.raises(ValueError, match="expecting 4 bytes but only 2 bytes available"):
         pb_utils.deserialize_bytes_tensor(b"\x01\x00")
 
 
