@@ -28,6 +28,7 @@ _MAX_LENGTH = (1 << 32) - 1
 _LENGTHS = np.dtype("<u4")
 # below this many elements a plain loop beats numpy's fixed costs (measured: about 64 short strings)
 _FEW = 64
+_FEW_BYTES = _FEW * LENGTH_SIZE  # a buffer shorter than this cannot hold _FEW elements
 
 
 class BytesFormatError(TritonError, ValueError):
@@ -96,7 +97,7 @@ def deserialize(
     end = len(raw)
     if end == 0:
         return []
-    if end >= _FEW * LENGTH_SIZE:  # room for enough elements to be worth numpy's fixed costs
+    if end >= _FEW_BYTES:  # room for enough elements to be worth numpy's fixed costs
         uniform = _uniform(raw)
         if uniform is not None:
             return uniform
