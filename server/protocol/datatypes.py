@@ -78,7 +78,7 @@ def config_to_number(config_type: str) -> int:
 def number_to_wire(number: int) -> str:
     """11 -> 'FP32'; 'INVALID' for anything else."""
     if isinstance(number, int) and 1 <= number <= len(TYPES):
-        return TYPES[number - 1].wire  # numbers run 1..14 in table order (the architecture test checks)
+        return TYPES[number - 1].wire  # numbers run 1..14 in table order (tests/unit/test_pb_utils.py checks)
     return "INVALID"
 
 

@@ -71,6 +71,10 @@ def test_triton_dtype_values_follow_the_config_enum_order() -> None:
     for index, config_name in enumerate(datatypes.CONFIG_TYPE_NAMES, start=1):
         assert pb_utils.config_to_dtype(config_name) == index
         assert pb_utils.dtype_to_wire(index) == datatypes.config_to_wire(config_name)
+    # the one datatype table numbers its rows as the config's protobuf enum does, in row order
+    for index, row in enumerate(datatypes.TYPES, start=1):
+        assert row.number == index == model_config_pb2.DataType.Value(row.config)
+    assert len(datatypes.TYPES) == len(model_config_pb2.DataType.values()) - 1  # all but TYPE_INVALID
 
 
 # --- BYTES tensors -----------------------------------------------------------------------------------
