@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -355,3 +355,123 @@ def load(config):
     return 3 if backend == "python" else 4
 """
     assert _backend_choices(chosen, names) == [(3, ["onnxruntime", "pytorch"])]
+
+
+# --------------------------------------------------------------------------- one home for each concept
+BYTES_CODEC = "server.protocol.bytes_codec"
+DATATYPE_TABLE = "server.protocol.datatypes"
+_DATATYPE_NAMES = frozenset(
+    ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"]
+    + ["FP16", "FP32", "FP64", "BYTES", "BF16", "TYPE_STRING"]
+    + [f"TYPE_{name}" for name in ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32")]
+    + [f"TYPE_{name}" for name in ("INT64", "FP16", "FP32", "FP64", "BF16")]
+)
+_NUMPY_TYPES = frozenset(
+    [
+        "bool",
+        "bool_",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "float16",
+        "float32",
+        "float64",
+        "object",
+        "object_",
+    ]
+)
+
+
+def _constant(node: ast.AST | None) -> object:
+    return node.value if isinstance(node, ast.Constant) else None
+
+
+def _bytes_codec_copies(source: str) -> list[int]:
+    """Lines that write or read BYTES' 4-byte little-endian length prefix by hand: a '<I' struct
+    format, `n.to_bytes(4, "little")`, `int.from_bytes(..., "little")`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if _constant(node) == "<I":
+            found.append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            args = [_constant(a) for a in node.args] + [_constant(k.value) for k in node.keywords]
+            packs = node.func.attr == "to_bytes" and args[:1] == [4]
+            if (packs or node.func.attr == "from_bytes") and "little" in args:
+                found.append(node.lineno)
+    return sorted(found)
+
+
+def _numpy_type(node: ast.AST) -> bool:
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in ("np", "numpy")
+    ):
+        return node.attr in _NUMPY_TYPES
+    return _constant(node) in _NUMPY_TYPES
+
+
+def _datatype_tables(source: str) -> list[int]:
+    """Lines that start a copy of the datatype table: a dict from Triton datatype names to numpy
+    types, or keyed by four or more of the names (their sizes, or anything else per type), or a list
+    of four or more numpy types (a table kept in parallel to a list of names)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Dict):
+            named = sum(_constant(key) in _DATATYPE_NAMES for key in node.keys if key is not None)
+            to_numpy = sum(_numpy_type(value) for value in node.values)
+            if named >= 4 or (named >= 2 and to_numpy >= 2):
+                found.append(node.lineno)
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)) and sum(map(_numpy_type, node.elts)) >= 4:
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def _copies(home: str, finder: Callable[[str], list[int]]) -> list[str]:
+    return [
+        f"{MODULES[module].relative_to(ROOT)}:{line}"
+        for module, path in MODULES.items()
+        if module != home
+        for line in finder(path.read_text())
+    ]
+
+
+def test_the_bytes_wire_format_has_one_home() -> None:
+    copies = _copies(BYTES_CODEC, _bytes_codec_copies)
+    assert not copies, (
+        f"BYTES length prefixes coded outside {BYTES_CODEC} (use its serialize/deserialize): {copies}"
+    )
+
+
+def test_the_datatype_table_has_one_home() -> None:
+    copies = _copies(DATATYPE_TABLE, _datatype_tables)
+    assert not copies, f"datatype tables outside {DATATYPE_TABLE} (read its TYPES): {copies}"
+
+
+def test_the_one_home_checks_see_copies() -> None:
+    """The two checks above mean something only if they find the copies they were written against."""
+    codec_copies = """
+import struct
+LENGTH = struct.Struct("<I")
+def pack(raw):
+    return len(raw).to_bytes(4, "little") + raw
+def unpack(data):
+    return int.from_bytes(data[:4], byteorder="little")
+frame = (7).to_bytes(4, "big")
+"""
+    assert _bytes_codec_copies(codec_copies) == [3, 5, 7]
+    tables = """
+import numpy as np
+SIZES = {"FP32": 4, "INT8": 1, "UINT8": 1, "BF16": 2}
+TO_NUMPY = {"TYPE_FP32": np.float32, "TYPE_INT32": np.int32}
+NUMPY = (np.bool_, np.uint8, np.float32, np.object_)
+NAMES = ["int8", "int16", "float32", "float64"]
+SUPPORTED = {"FP32", "FP64"}
+MESSAGES = {"BOOL": "not a boolean", "BYTES": "not a string"}
+"""
+    assert _datatype_tables(tables) == [3, 4, 5, 6]
