@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -132,7 +134,9 @@ def test_isolated_copies_sides_are_each_figures_median() -> None:
     assert (middle.ready_s, middle.pss_mb, middle.processes) == (5.0, 800, 102)
 
 
-def test_hop_breakdown_times_a_real_add_sub_request_woken_and_hot() -> None:
+def test_hop_breakdown_times_a_real_add_sub_request_woken_and_hot(monkeypatch: pytest.MonkeyPatch) -> None:
+    # hosted as in its own process, the model registers itself as `model`: gone again after the test
+    monkeypatch.setitem(sys.modules, "model", None)
     model = hop_breakdown._add_sub()
     try:
         *steps_ns, done = hop_breakdown._handle(model, bytearray(hop_breakdown._frame()))
