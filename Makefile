@@ -33,7 +33,7 @@ NEWEST_PYTHON = $(shell for v in 3.13 3.12; do \
   >/dev/null 2>&1 && { echo python$$v; break; }; done)
 EXTRAS := torch,test
 
-.PHONY: serve test test-oldest test-newest test-newest-python lint models reference promtool tinyproxy haproxy azurite \
+.PHONY: serve test bytecode test-oldest test-newest test-newest-python lint models reference promtool tinyproxy haproxy azurite \
   completions clean
 
 # uv resolves from PyPI alone; a new pyproject.toml starts the environment afresh, so that it holds
@@ -55,15 +55,23 @@ $(STAMP): pyproject.toml
 	  echo "torch: no CPU build installable for Python $$($(BIN)/python -V | cut -d' ' -f2) here;" \
 	    "installing without it (its tests will be skipped)"
 	echo torch > $(VENV)/uv-excludes.txt
-	$(BIN)/uv pip install --quiet --python $(BIN)/python --resolution $(RESOLUTION) \
+	@# --compile-bytecode: uv, unlike pip, installs no .pyc files, and where PYTHONDONTWRITEBYTECODE is
+	@# set (as on the project's machines) every process would compile each module it imports from
+	@# source: twice the CPU for each `tcli` command's start-up and each server the tests start
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --resolution $(RESOLUTION) --compile-bytecode \
 	  --excludes $(VENV)/uv-excludes.txt -C editable_mode=compat -e '.[$(EXTRAS)]'
 	$(BIN)/uv pip freeze --quiet --python $(BIN)/python --exclude-editable > $(VENV)/versions.txt
 	touch $(STAMP)
 
-serve: $(STAMP)
+serve: $(STAMP) bytecode
 	$(BIN)/tcli serve model_repository
 
-test: $(STAMP) reference promtool tinyproxy haproxy azurite
+# The project's own modules compiled (the editable install leaves them as sources): only files changed
+# since their last compile are compiled again, for the reason given at --compile-bytecode above
+bytecode: $(STAMP)
+	@$(BIN)/python -m compileall -q -j 0 server tcli tests benchmarks >/dev/null
+
+test: $(STAMP) reference promtool tinyproxy haproxy azurite bytecode
 	PATH="$(CURDIR)/$(VENV)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
 	@# plain `make test` only: not with PYTHON, VENV or PYTEST_ARGS given (test-oldest, test-newest,
 	@# a chosen test, the subset's own run)

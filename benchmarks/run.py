@@ -52,7 +52,9 @@ Scenarios (--only names in brackets; benchmarks/NOTES.md says what each measures
                 against tracing off, on one tcli server, alternately: >= 0.97.
   13 [hop]       add_sub in its own process against in the server process, one HTTP client,
                 alternately (process_hop_cost.py): (a) the server's CPU per request at most 50 µs
-                more in the default path; (b) the instance process's CPU per request <= 80 µs.
+                more in the default path; (b) the instance process's CPU per request <= 80 µs;
+                (c) info: that CPU step by step, woken by a pipe per request against a hot loop
+                (hop_breakdown.py).
   14 [analyze]   (opt-in: --only analyze; about 7 minutes) tcli analyze against Model Analyzer 1.58
                 in brute mode on a python model sleeping 2 + 0.25n ms, 20 ms p99 budget: the best
                 config's throughput under real perf_analyzer >= 1.00 of MA's, wall time <= 1/5 of
@@ -78,6 +80,7 @@ from benchmarks import (
     cache,
     digits_batching,
     frontend,
+    hop_breakdown,
     inprocess,
     instances,
     perf_tools,
@@ -117,7 +120,7 @@ SCENARIOS = (
 OPT_IN = ("analyze",)  # run only when --only names them (Model Analyzer takes minutes of both cores)
 # scenarios that start their own servers, in the order they run
 STANDALONE: dict[str, Callable[[Context], list[Row]]] = {
-    "hop": process_hop_cost.rows,
+    "hop": lambda ctx: [*process_hop_cost.rows(ctx), *hop_breakdown.rows(ctx)],
     "storage": storage.rows,
     "replicas": replicas.rows,
     "soak": soak.rows,

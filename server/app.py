@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from server.backends.locate import DEFAULT_BACKEND_DIRECTORY
-from server.frontends.ports import PortInUseError, bind_failure
+from server.backends.base import DEFAULT_BACKEND_DIRECTORY
+from server.frontends.ports import Listener, PortInUseError, bind_problem
 from server.frontends.tls import ServerTls, TlsSettings, load_tls
 from server.logs import LogSettings
 from server.protocol.restricted import Restriction
@@ -245,9 +245,9 @@ class Server:
                 settings.metrics_port,
             ),
         ):
-            reason = bind_failure(address, port) if runs else None
-            if reason is not None:
-                raise PortInUseError(setting, address, port, reason)
+            problem = bind_problem(Listener(setting, address, port)) if runs else None
+            if problem is not None:
+                raise PortInUseError(setting, address, port, problem.reason.lower())
 
     def _named(self, error: BaseException) -> BaseException:
         """A front end that could not bind (taken since check_ports), as the error naming it."""

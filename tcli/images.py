@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from server.protocol import datatypes
+
 if TYPE_CHECKING:
     import numpy as np
     from PIL import Image
@@ -21,20 +23,8 @@ if TYPE_CHECKING:
 SCALINGS = ("NONE", "INCEPTION", "VGG")
 LAYOUTS = ("FORMAT_NCHW", "FORMAT_NHWC")
 # data types image_client can fill with pixels (its C++ ParseType, plus the other numeric types
-# the Python client accepts through numpy)
-PIXEL_TYPES = (
-    "UINT8",
-    "UINT16",
-    "UINT32",
-    "UINT64",
-    "INT8",
-    "INT16",
-    "INT32",
-    "INT64",
-    "FP16",
-    "FP32",
-    "FP64",
-)
+# the Python client accepts through numpy): every numeric type numpy has
+PIXEL_TYPES = datatypes.NUMERIC_TYPE_NAMES
 EXPECTED = (
     "tcli infer with images expects one input of 3 dims (CHW or HWC, not counting the batch dim) "
     "with 1 or 3 channels, and one FP32 output vector"
@@ -211,13 +201,11 @@ def preprocess(image: Image.Image, spec: ClassifierSpec, scaling: str = "NONE") 
     import numpy as np
     from PIL import Image
 
-    from server.protocol.datatypes import wire_to_numpy
-
     sample = image.convert("L" if spec.c == 1 else "RGB")
     resized = np.array(sample.resize((spec.w, spec.h), Image.Resampling.BILINEAR))
     if resized.ndim == 2:
         resized = resized[:, :, np.newaxis]
-    dtype = wire_to_numpy(spec.datatype)
+    dtype = datatypes.wire_to_numpy(spec.datatype)
     typed = resized.astype(dtype)
     if scaling == "INCEPTION":
         scaled = (typed / 127.5) - 1

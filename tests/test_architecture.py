@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -343,3 +343,238 @@ def test_http_routes_are_one_table() -> None:
         if method == "check" and receiver.endswith("_restrictions")
     ]
     assert checks == [("server.frontends.http", "_route")], checks
+
+
+# One home for the built-in backends: server/backends/table.py lists them (name, platforms, files,
+# loader, config completion, file check). Elsewhere a backend is reached through the table, so adding
+# one is one entry and one module. Two shapes give a second home away, and are refused outside it:
+# a literal collection naming two or more built-in backends (a list of them, a map from them), and
+# an expression compared with two or more of their names (an if-chain that picks per backend).
+BACKEND_TABLE = "server.backends.table"
+
+
+def _built_in_backends() -> set[str]:
+    """The names the table gives its entries: the first argument of each `BuiltInBackend(...)`."""
+    tree = ast.parse(MODULES[BACKEND_TABLE].read_text())
+    return {
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "BuiltInBackend"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    }
+
+
+BUILT_IN_BACKENDS = _built_in_backends()
+
+
+def _backend_lists(source: str, names: set[str]) -> list[tuple[int, list[str]]]:
+    """Literal tuples, lists, sets and dicts that name two or more of `names`, anywhere inside them
+    (outermost only)."""
+    found: list[tuple[int, list[str]]] = []
+    inside: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)) or id(node) in inside:
+            continue
+        within = list(ast.walk(node))
+        inside.update(id(n) for n in within)
+        named = {n.value for n in within if isinstance(n, ast.Constant) and n.value in names}
+        if len(named) >= 2:
+            found.append((node.lineno, sorted(named)))
+    return found
+
+
+def _backend_choices(source: str, names: set[str]) -> list[tuple[int, list[str]]]:
+    """Expressions compared (==, !=) with two or more of `names` in one module: a choice per backend."""
+    first: dict[str, int] = {}  # the compared expression (its ast) -> the line of its first comparison
+    compared: dict[str, set[str]] = {}
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare) or not all(
+            isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops
+        ):
+            continue
+        sides = [node.left, *node.comparators]
+        named = {s.value for s in sides if isinstance(s, ast.Constant) and s.value in names}
+        for side in sides:
+            if named and not isinstance(side, ast.Constant):
+                key = ast.dump(side)
+                first.setdefault(key, node.lineno)
+                compared.setdefault(key, set()).update(named)
+    return sorted((first[key], sorted(seen)) for key, seen in compared.items() if len(seen) >= 2)
+
+
+def test_the_backend_table_names_the_built_in_backends() -> None:
+    assert len(BUILT_IN_BACKENDS) >= 2, f"{MODULES[BACKEND_TABLE]} lists no BuiltInBackend entries"
+
+
+def test_only_the_backend_table_lists_the_built_in_backends() -> None:
+    second_homes = [
+        f"{path.relative_to(ROOT)}:{line}: names {', '.join(named)}"
+        for module, path in MODULES.items()
+        if module != BACKEND_TABLE
+        for line, named in _backend_lists(path.read_text(), BUILT_IN_BACKENDS)
+    ]
+    assert not second_homes, (
+        "built-in backends listed outside server/backends/table.py (read the table instead: "
+        "table.NAMES, table.built_in(name), an entry's platforms, model_file or module):\n"
+        + "\n".join(second_homes)
+    )
+
+
+def test_only_the_backend_table_chooses_by_built_in_backend() -> None:
+    choices = [
+        f"{path.relative_to(ROOT)}:{line}: compares one value with {', '.join(named)}"
+        for module, path in MODULES.items()
+        if module.startswith("server.") and module != BACKEND_TABLE
+        for line, named in _backend_choices(path.read_text(), BUILT_IN_BACKENDS)
+    ]
+    assert not choices, (
+        "a choice per built-in backend outside server/backends/table.py (give the entry's module the "
+        "behaviour, and call it through table.built_in(name)):\n" + "\n".join(choices)
+    )
+
+
+def test_the_backend_checks_find_the_shapes_they_refuse() -> None:
+    """The two checks above mean something only if they see a list and an if-chain of backends."""
+    names = {"onnxruntime", "pytorch", "python"}
+    listed = """
+BUILT_IN = ("onnxruntime", "pytorch", "python")
+FILES = (("model.onnx", "onnxruntime"), ("model.pt", "pytorch"))
+ONE = frozenset({"onnxruntime", "tensorflow"})
+"""
+    assert _backend_lists(listed, names) == [
+        (2, ["onnxruntime", "python", "pytorch"]),
+        (3, ["onnxruntime", "pytorch"]),
+    ]
+    chosen = """
+def load(config):
+    if config.backend == "onnxruntime":
+        return 1
+    elif "pytorch" != config.backend:
+        return 2
+    return 3 if backend == "python" else 4
+"""
+    assert _backend_choices(chosen, names) == [(3, ["onnxruntime", "pytorch"])]
+
+
+# --------------------------------------------------------------------------- one home for each concept
+BYTES_CODEC = "server.protocol.bytes_codec"
+DATATYPE_TABLE = "server.protocol.datatypes"
+_DATATYPE_NAMES = frozenset(
+    ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"]
+    + ["FP16", "FP32", "FP64", "BYTES", "BF16", "TYPE_STRING"]
+    + [f"TYPE_{name}" for name in ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32")]
+    + [f"TYPE_{name}" for name in ("INT64", "FP16", "FP32", "FP64", "BF16")]
+)
+_NUMPY_TYPES = frozenset(
+    [
+        "bool",
+        "bool_",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "float16",
+        "float32",
+        "float64",
+        "object",
+        "object_",
+    ]
+)
+
+
+def _constant(node: ast.AST | None) -> object:
+    return node.value if isinstance(node, ast.Constant) else None
+
+
+def _bytes_codec_copies(source: str) -> list[int]:
+    """Lines that write or read BYTES' 4-byte little-endian length prefix by hand: a '<I' struct
+    format, `n.to_bytes(4, "little")`, `int.from_bytes(..., "little")`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if _constant(node) == "<I":
+            found.append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            args = [_constant(a) for a in node.args] + [_constant(k.value) for k in node.keywords]
+            packs = node.func.attr == "to_bytes" and args[:1] == [4]
+            if (packs or node.func.attr == "from_bytes") and "little" in args:
+                found.append(node.lineno)
+    return sorted(found)
+
+
+def _numpy_type(node: ast.AST) -> bool:
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in ("np", "numpy")
+    ):
+        return node.attr in _NUMPY_TYPES
+    return _constant(node) in _NUMPY_TYPES
+
+
+def _datatype_tables(source: str) -> list[int]:
+    """Lines that start a copy of the datatype table: a dict from Triton datatype names to numpy
+    types, or keyed by four or more of the names (their sizes, or anything else per type), or a list
+    of four or more numpy types (a table kept in parallel to a list of names)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Dict):
+            named = sum(_constant(key) in _DATATYPE_NAMES for key in node.keys if key is not None)
+            to_numpy = sum(_numpy_type(value) for value in node.values)
+            if named >= 4 or (named >= 2 and to_numpy >= 2):
+                found.append(node.lineno)
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)) and sum(map(_numpy_type, node.elts)) >= 4:
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def _copies(home: str, finder: Callable[[str], list[int]]) -> list[str]:
+    return [
+        f"{MODULES[module].relative_to(ROOT)}:{line}"
+        for module, path in MODULES.items()
+        if module != home
+        for line in finder(path.read_text())
+    ]
+
+
+def test_the_bytes_wire_format_has_one_home() -> None:
+    copies = _copies(BYTES_CODEC, _bytes_codec_copies)
+    assert not copies, (
+        f"BYTES length prefixes coded outside {BYTES_CODEC} (use its serialize/deserialize): {copies}"
+    )
+
+
+def test_the_datatype_table_has_one_home() -> None:
+    copies = _copies(DATATYPE_TABLE, _datatype_tables)
+    assert not copies, f"datatype tables outside {DATATYPE_TABLE} (read its TYPES): {copies}"
+
+
+def test_the_one_home_checks_see_copies() -> None:
+    """The two checks above mean something only if they find the copies they were written against."""
+    codec_copies = """
+import struct
+LENGTH = struct.Struct("<I")
+def pack(raw):
+    return len(raw).to_bytes(4, "little") + raw
+def unpack(data):
+    return int.from_bytes(data[:4], byteorder="little")
+frame = (7).to_bytes(4, "big")
+"""
+    assert _bytes_codec_copies(codec_copies) == [3, 5, 7]
+    tables = """
+import numpy as np
+SIZES = {"FP32": 4, "INT8": 1, "UINT8": 1, "BF16": 2}
+TO_NUMPY = {"TYPE_FP32": np.float32, "TYPE_INT32": np.int32}
+NUMPY = (np.bool_, np.uint8, np.float32, np.object_)
+NAMES = ["int8", "int16", "float32", "float64"]
+SUPPORTED = {"FP32", "FP64"}
+MESSAGES = {"BOOL": "not a boolean", "BYTES": "not a string"}
+"""
+    assert _datatype_tables(tables) == [3, 4, 5, 6]

@@ -1,8 +1,9 @@
 """The contract between a backend and the layers above it: what a backend is given to load a model
 (`ModelContext`, `InstanceSpec`), the shapes of a loaded instance the scheduling layer runs
 (`ModelInstance`: `TensorModel`, `RequestModel`, `LoopRequestModel`), and how an instance tells a
-failure of the model's own code (`ModelError`) from one of tcli's. The table that picks a backend for
-a config lives above the backends, in registry.py.
+failure of the model's own code (`ModelError`) from one of tcli's, and what a check of a model file
+reports to (`FileFindings`). The built-in backends are listed in table.py; registry.py, above the
+backends, loads the one a config names.
 
 Two shapes of model: framework models (onnxruntime, pytorch, tensorrt) take merged tensors, so the
 scheduler merges requests into one batch and splits the outputs; python models take the list of
@@ -11,8 +12,8 @@ requests as Triton hands it to `TritonPythonModel.execute`.
 Every capability the runner may use is declared here, with the default a backend gets by not
 overriding it: `RequestModel.inline_ok`, `RequestModel.execute_channels`, `RequestModel.serves_scope`,
 and the event-loop hand-off of `LoopRequestModel`. A backend class inherits one of these, so mypy
-rejects it (where it is created, in registry.py) when it misses an abstract method or overrides one
-with another signature.
+rejects it (where it is created, in its backend module's `load`) when it misses an abstract method or
+overrides one with another signature.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from server.backends.locate import DEFAULT_BACKEND_DIRECTORY
 from server.protocol.errors import ErrorCode, TritonError
 
 if TYPE_CHECKING:
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
     from server.protocol.types import InferenceRequest, InferenceResponse
+
+DEFAULT_BACKEND_DIRECTORY = Path("/opt/tritonserver/backends")  # tritonserver's --backend-directory
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,17 @@ class ModelError(TritonError):
         super().__init__(code, message)
         self.trace = trace
         self.logged = False  # set by whoever logs it (it may reach several requests one by one)
+
+
+class FileFindings(Protocol):
+    """Where a backend's check of a model file against its config reports (validation's findings,
+    server/config/validate.py): a message worded as Triton's, a fix, and the config.pbtxt field."""
+
+    def error(
+        self, message: str, fix: str | None = None, at: tuple[str, ...] = (), blocks_load: bool = True
+    ) -> None: ...
+
+    def warning(self, message: str, fix: str | None = None, at: tuple[str, ...] = ()) -> None: ...
 
 
 class NotStarted(TritonError):

@@ -1,7 +1,7 @@
 """Where the backend a model config names comes from.
 
 Searched in this order, as Triton looks for a C++ backend library before a Python-based backend:
-1. tcli's built-in backends (onnxruntime, python, pytorch, tensorrt);
+1. tcli's built-in backends (table.py);
 2. a Python-based backend in the backend directory (--backend-directory, Triton's default
    /opt/tritonserver/backends): `<directory>/<backend>/model.py`, a `TritonPythonModel` that serves
    every model whose config names the backend, run by tcli's python backend;
@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
+from server.backends.table import NAMES
 from server.protocol.errors import ErrorCode, TritonError
 
-BUILT_IN = ("onnxruntime", "pytorch", "python", "tensorrt")
 ENTRY_POINT_GROUP = "tcli.backends"
 PYTHON_RUNTIME = "model.py"  # the file of a Python-based backend, and the runtime Triton fills in
-DEFAULT_BACKEND_DIRECTORY = Path("/opt/tritonserver/backends")  # tritonserver's --backend-directory
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,7 @@ def locate_backend(backend: str, runtime: str, directory: Path, model: str) -> L
     place searched."""
     if runtime.endswith(".py"):
         return _python_based(backend, runtime, directory, model)
-    if backend in BUILT_IN:
+    if backend in NAMES:
         return LocatedBackend(backend)
     path = directory / backend / PYTHON_RUNTIME
     if path.is_file():
@@ -66,7 +65,7 @@ def locate_backend(backend: str, runtime: str, directory: Path, model: str) -> L
     if entry is not None:
         return LocatedBackend(backend, entry_point=entry)
     searched = [
-        f"built-in backends ({', '.join(BUILT_IN)})",
+        f"built-in backends ({', '.join(NAMES)})",
         str(path),
         f"entry points in group '{ENTRY_POINT_GROUP}'",
     ]
@@ -75,7 +74,7 @@ def locate_backend(backend: str, runtime: str, directory: Path, model: str) -> L
         f"searched: {', '.join(searched)}",
         f"put its model.py in {directory / backend}/ (--backend-directory), install a package that "
         f"declares '{backend}' in entry point group '{ENTRY_POINT_GROUP}', or set backend to one of "
-        f"{', '.join(BUILT_IN)}",
+        f"{', '.join(NAMES)}",
     )
 
 

@@ -1,4 +1,5 @@
-"""onnxruntime backend (`platform: "onnxruntime_onnx"`, model.onnx): one InferenceSession per instance."""
+"""onnxruntime backend (`platform: "onnxruntime_onnx"`, model.onnx): one InferenceSession per instance.
+What it reads from model.onnx for a config (auto-complete, `tcli repo validate`'s check) is onnx_config.py."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from server.backends.base import InstanceSpec, ModelContext, ModelError, TensorModel
+from server.backends import onnx_config
+from server.backends.base import InstanceSpec, ModelContext, ModelError, ModelInstance, TensorModel
 from server.backends.devices import onnx_providers
 from server.protocol.errors import ErrorCode, TritonError
 
@@ -99,3 +101,15 @@ def _bytes_to_str(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 def _str_to_bytes(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     flat = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in array.reshape(-1)]
     return np.array(flat, dtype=object).reshape(array.shape)
+
+
+def load(context: ModelContext, instance: InstanceSpec) -> OnnxModel:
+    return OnnxModel(context, instance)
+
+
+def instance_classes() -> tuple[type[ModelInstance], ...]:
+    return (OnnxModel,)
+
+
+complete_config = onnx_config.complete_config
+check_model_file = onnx_config.check_model_file

@@ -2,7 +2,8 @@
 
 Only TorchScript archives are loaded (torch.jit.load), never pickles, so a model file cannot run
 arbitrary code when loaded. Inputs bind to forward() by argument name, or by Triton's `<name>__<index>`
-convention; outputs bind by `<name>__<index>` or by the order of config outputs.
+convention; outputs bind by `<name>__<index>` or by the order of config outputs. `tcli repo validate`
+checks a config's inputs against forward() (`check_model_file`).
 """
 
 from __future__ import annotations
@@ -11,13 +12,20 @@ import functools
 import re
 import traceback
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from server.backends.base import InstanceSpec, ModelContext, ModelError, TensorModel
+from server.backends.base import InstanceSpec, ModelContext, ModelError, ModelInstance, TensorModel
 from server.backends.pytorch_import import import_torch
 from server.protocol.errors import ErrorCode, TritonError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from server.backends.base import FileFindings
 
 _INDEXED = re.compile(r"^.+__(\d+)$")
 
@@ -117,3 +125,55 @@ class TorchScriptModel(TensorModel):
 
     def unload(self) -> None:
         self._module = None
+
+
+def load(context: ModelContext, instance: InstanceSpec) -> TorchScriptModel:
+    return TorchScriptModel(context, instance)
+
+
+def instance_classes() -> tuple[type[ModelInstance], ...]:
+    return (TorchScriptModel,)
+
+
+complete_config = None  # Triton's pytorch backend completes nothing from model.pt
+
+
+def check_model_file(config: ModelConfig, model_file: Path, found: FileFindings) -> None:
+    """The config's inputs against forward()'s arguments (the model is loaded on the CPU, not run)."""
+    try:
+        torch = import_torch()
+    except ImportError:
+        found.warning(
+            f"model '{config.name}': torch is not installed, so model.pt was not checked",
+            "pip install 'tcli[torch]' (on these machines: pip install torch==2.13.0 first)",
+        )
+        return
+    try:
+        with warnings.catch_warnings():  # torch 2.9+ marks TorchScript deprecated; Triton still serves it
+            warnings.simplefilter("ignore", DeprecationWarning)
+            module = torch.jit.load(str(model_file), map_location="cpu")
+    except Exception as exc:  # torch raises RuntimeError or its own types for unreadable archives
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        found.error(
+            f"cannot load TorchScript model {model_file}: {reason}",
+            "save the model with torch.jit.save (a TorchScript archive, not a pickled state_dict)",
+        )
+        return
+    arguments = [a.name for a in module.forward.schema.arguments[1:]]
+    if len(arguments) != len(config.input):
+        found.error(
+            f"unable to load model '{config.name}', configuration expects {len(config.input)} inputs, "
+            f"model provides {len(arguments)}",
+            f"the model's forward() takes ({', '.join(arguments)}): list that many inputs, named "
+            "INPUT__0, INPUT__1, ... or after the forward() arguments",
+            ("input",),
+        )
+        return
+    for index, tensor in enumerate(config.input):
+        if tensor.name not in arguments and not tensor.name.endswith(f"__{index}"):
+            found.error(
+                f"input '{tensor.name}' of model '{config.name}' matches neither a forward() argument "
+                f"({', '.join(arguments)}) nor the naming convention <name>__{index}",
+                f"rename it to INPUT__{index} or to {arguments[index]}",
+                ("input", f'"{tensor.name}"'),
+            )

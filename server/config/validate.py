@@ -2,7 +2,7 @@
 
 Each rule adds a Problem worded as Triton's message where Triton has one, with a plain-words fix and
 the config.pbtxt line to edit. Rules that need other models (ensembles) or the model file live in
-ensemble.py and model_files.py.
+ensemble.py and model_files.py (which asks each backend to check its own file).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from server.backends.locate import DEFAULT_BACKEND_DIRECTORY, BackendNotFound, locate_backend
+from server.backends.base import DEFAULT_BACKEND_DIRECTORY
+from server.backends.locate import BackendNotFound, locate_backend
 from server.config import backends
 from server.config.parse import SourceText
 from server.config.problems import Problem, Severity

@@ -21,26 +21,40 @@ class Listener:
     reuse_port: bool = False
 
 
-def port_in_use(listener: Listener) -> bool:
-    """Whether binding the listener's address and port fails with EADDRINUSE, bound as the front ends
-    bind (SO_REUSEADDR, and SO_REUSEPORT with --reuse-*-port), then released at once."""
+@dataclass(frozen=True)
+class BindProblem:
+    """Why a listener's address and port cannot be listened on now."""
+
+    taken: bool  # another socket listens there (EADDRINUSE): the port is in use
+    reason: str  # the system's words, e.g. "Address already in use"
+
+
+def bind_problem(listener: Listener) -> BindProblem | None:
+    """Binds the listener's address and port as the front ends bind them (SO_REUSEADDR, so that a port
+    left in TIME_WAIT by an earlier server counts as free; SO_REUSEPORT with --reuse-*-port; IPv6 also
+    taking IPv4), then releases them at once; None when that works. The one probe behind both
+    `tcli serve`'s check and the in-process server's."""
     if listener.port == 0:
-        return False
-    family = socket.AF_INET6 if ":" in listener.address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        return None
+    try:
+        infos = socket.getaddrinfo(
+            listener.address or None, listener.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except OSError as error:
+        return BindProblem(False, f"cannot resolve the address: {error.strerror or error}")
+    family, kind, proto, _, where = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if listener.reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if family == socket.AF_INET6:
             with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         try:
-            sock.bind((listener.address, listener.port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return True
-            raise  # another reason (an address not on this machine, a privileged port): the caller says it
-    return False
+            probe.bind(where)
+        except OSError as error:
+            return BindProblem(error.errno == errno.EADDRINUSE, error.strerror or str(error))
+    return None
 
 
 def port_problem(listeners: list[Listener]) -> str | None:
@@ -55,11 +69,11 @@ def port_problem(listeners: list[Listener]) -> str | None:
             return f"{' and '.join(flags)} are both {port}: give each front end its own port"
     taken = []
     for listener in listeners:
-        try:
-            if port_in_use(listener):
-                taken.append(listener)
-        except OSError as exc:
-            return f"{listener.flag} {listener.port} on {listener.address}: cannot listen there ({exc.strerror or exc})"
+        problem = bind_problem(listener)
+        if problem is not None and not problem.taken:  # an address not on this machine, a privileged port
+            return f"{listener.flag} {listener.port} on {listener.address}: cannot listen there ({problem.reason})"
+        if problem is not None:
+            taken.append(listener)
     if not taken:
         return None
     named = [f"{listener.flag} {listener.port}" for listener in taken]
@@ -84,22 +98,3 @@ class PortInUseError(OSError):
         self.address = address
         self.port = port
         self.reason = reason
-
-
-def bind_failure(address: str, port: int) -> str | None:
-    """Why `address:port` cannot be listened on now (None: it can), asked as the front ends bind: with
-    SO_REUSEADDR, so a port left in TIME_WAIT by an earlier server counts as free."""
-    if port == 0:
-        return None
-    try:
-        infos = socket.getaddrinfo(address or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except OSError as error:
-        return f"cannot resolve the address: {error.strerror or error}"
-    family, kind, proto, _, where = infos[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(where)
-        except OSError as error:
-            return (error.strerror or str(error)).lower()
-    return None

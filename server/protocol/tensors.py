@@ -8,8 +8,8 @@ Assembling an input (each returns the array of `shape`, or raises INVALID_ARG wi
 - `from_json`: a JSON 'data' field (nested lists of numbers, booleans or strings).
 - `from_contents`: gRPC's typed `InferTensorContents` fields.
 The checks: no negative dimension, the byte size is the element count times the datatype's size,
-BYTES elements are each a 4-byte little-endian length and that many bytes and there are as many as
-the shape holds, BOOL is one byte, FP16 and BF16 are two (BF16 arrays are uint16 holding the raw
+BYTES elements parse (`bytes_codec`, the one home of that format) and there are as many as the
+shape holds, BOOL is one byte, FP16 and BF16 are two (BF16 arrays are uint16 holding the raw
 bits: numpy has no bfloat16) and travel only as bytes, never as JSON.
 
 Splitting an output: `binary_buffer` (the binary data extension and shared memory: a view on the
@@ -23,13 +23,12 @@ memory region (INVALID_ARG over HTTP, INTERNAL over gRPC).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import numpy as np
 
-from server.protocol import datatypes
+from server.protocol import bytes_codec, datatypes
 from server.protocol.errors import TritonError, internal, invalid_arg, unavailable
 from server.protocol.json_values import (
     INT64_MAX,
@@ -55,7 +54,6 @@ NO_JSON = frozenset({"FP16", "BF16"})  # only bytes carry these
 MAX_JSON_NESTING_DEPTH = 100
 
 _DTYPES = datatypes.raw_dtypes()
-_LENGTH = struct.Struct("<I")
 _SIGNED = frozenset({"INT8", "INT16", "INT32", "INT64"})
 _FLOATING = frozenset({"FP32", "FP64"})
 _SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
@@ -67,61 +65,6 @@ def request_prefix(request_id: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ BYTES
-def serialize_bytes(data: Any) -> bytes:
-    """BYTES elements as 4-byte little-endian lengths, each followed by its bytes."""
-    pack = _LENGTH.pack
-    parts: list[bytes] = []
-    append = parts.append
-    for item in np.asarray(data, dtype=object).reshape(-1):
-        raw = as_bytes(item)
-        append(pack(len(raw)))
-        append(raw)
-    return b"".join(parts)
-
-
-def deserialize_bytes(data: bytes | bytearray | memoryview) -> list[bytes]:
-    """The elements of a serialized BYTES tensor (the inverse of `serialize_bytes`)."""
-    return split_bytes(memoryview(data), "")
-
-
-def split_bytes(view: memoryview, name: str, short_length: Callable[[int], str] | None = None) -> list[bytes]:
-    """The elements of input `name`. A length indicator cut short is reported with `short_length(available)`
-    when given (the gRPC front end words it as Triton's does), otherwise with the HTTP wording."""
-    end = len(view)
-    elements: list[bytes] = []
-    append = elements.append
-    unpack = _LENGTH.unpack_from
-    cursor = 0
-    while cursor < end:
-        if end - cursor < 4:
-            if short_length is not None:
-                raise invalid_arg(short_length(end - cursor))
-            raise invalid_arg(
-                f"incomplete string length for inference input '{name}', expecting 4 bytes but only "
-                f"{end - cursor} bytes available"
-            )
-        (length,) = unpack(view, cursor)
-        cursor += 4
-        if length > end - cursor:
-            raise invalid_arg(
-                f"incomplete string data for inference input '{name}', expecting string of length "
-                f"{length} but only {end - cursor} bytes available"
-            )
-        append(bytes(view[cursor : cursor + length]))
-        cursor += length
-    return elements
-
-
-def as_bytes(item: Any) -> bytes:
-    if isinstance(item, bytes):
-        return item
-    if isinstance(item, str):
-        return item.encode()
-    if isinstance(item, (bytearray, memoryview)):
-        return bytes(item)
-    return str(item).encode()
-
-
 def bytes_array(
     elements: list[bytes],
     expected: int,
@@ -146,9 +89,7 @@ def bytes_array(
             f"{prefix}unexpected number of string elements {len(elements)} for inference input '{name}' "
             f"for model '{model_name}', expecting {expected}"
         )
-    array = np.empty(expected, dtype=object)
-    array[:] = elements
-    return array.reshape(shape)
+    return bytes_codec.object_array(elements, shape)
 
 
 # ------------------------------------------------------------------------------------------ bytes in
@@ -212,7 +153,8 @@ def from_buffer(
         if datatype != "BYTES":
             return np.frombuffer(view, np.uint8)
         short = _grpc_short_length(name, request_id, model_name) if wire == GRPC else None
-        return bytes_array(split_bytes(view, name, short), count, name, shape, request_id, model_name)
+        elements = bytes_codec.deserialize(view, f"inference input '{name}'", short)
+        return bytes_array(elements, count, name, shape, request_id, model_name)
     expected = checked_byte_size(count, dtype.itemsize, name, datatype, shape)
     if byte_size != expected:
         raise _byte_size_mismatch(name, request_id, model_name, expected, byte_size)
@@ -439,7 +381,7 @@ def _typed(tensor: Tensor) -> np.ndarray[Any, Any]:
 def binary_buffer(tensor: Tensor) -> tuple[bytes | memoryview, int]:
     """An output's bytes (a buffer over the array when it is contiguous) and their number."""
     if tensor.datatype == "BYTES":
-        data = serialize_bytes(tensor.data)
+        data = bytes_codec.serialize(tensor.data)
         return data, len(data)
     array = _typed(tensor)
     if not array.flags.c_contiguous:
@@ -450,7 +392,7 @@ def binary_buffer(tensor: Tensor) -> tuple[bytes | memoryview, int]:
 def raw_bytes(tensor: Tensor) -> bytes:
     """An output's bytes as a bytes object (protobuf's `raw_output_contents` takes no buffers)."""
     if tensor.datatype == "BYTES":
-        return serialize_bytes(tensor.data)
+        return bytes_codec.serialize(tensor.data)
     return _typed(tensor).tobytes()
 
 
@@ -458,7 +400,9 @@ def json_data(tensor: Tensor) -> Any:
     """An output's JSON 'data': flat, BYTES as strings."""
     if tensor.datatype == "BYTES":
         return [
-            item.decode("utf-8", "replace") if isinstance(item, bytes) else as_bytes(item).decode()
+            item.decode("utf-8", "replace")
+            if isinstance(item, bytes)
+            else bytes_codec.as_bytes(item).decode()
             for item in np.asarray(tensor.data, dtype=object).reshape(-1)
         ]
     if tensor.datatype in NO_JSON:

@@ -23,9 +23,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from server.backends.base import ModelContext
+from server.backends.base import DEFAULT_BACKEND_DIRECTORY, ModelContext
 from server.backends.devices import visible_gpu_count
-from server.backends.locate import DEFAULT_BACKEND_DIRECTORY
 from server.config import backends
 from server.config.model_folder import ModelFolder, scan_model, select_versions
 from server.config.validate import response_cache_refusal

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from server.backends.locate import DEFAULT_BACKEND_DIRECTORY
+from server.backends.base import DEFAULT_BACKEND_DIRECTORY
 from server.config import backends
 from server.config.batch_io_rules import check_batch_io
 from server.config.environment_rules import check_execution_env

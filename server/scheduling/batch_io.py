@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from server.protocol import datatypes
 from server.protocol.errors import internal, invalid_arg
 
 if TYPE_CHECKING:
@@ -34,14 +35,17 @@ if TYPE_CHECKING:
 
 Array = np.ndarray[Any, Any]
 
-_DTYPES = {"TYPE_INT32": np.int32, "TYPE_FP32": np.float32}
+
+def _dtype(config_type: str) -> np.dtype[Any]:
+    """TYPE_FP32 or TYPE_INT32, the two the config checks allow a batch input (anything else: INT32)."""
+    return datatypes.wire_to_numpy("FP32" if config_type == "TYPE_FP32" else "INT32")
 
 
 @dataclass(frozen=True, slots=True)
 class _BatchInput:
     kind: str
     targets: tuple[str, ...]
-    dtype: type
+    dtype: np.dtype[Any]
     source: str
 
 
@@ -64,7 +68,7 @@ class BatchIO:
             _BatchInput(
                 enum_name(b, "kind"),
                 tuple(b.target_name),
-                _DTYPES.get(enum_name(b, "data_type"), np.int32),
+                _dtype(enum_name(b, "data_type")),
                 b.source_input[0] if b.source_input else "",
             )
             for b in config.batch_input

@@ -13,14 +13,13 @@ documentation describes. A null request (padding) gets READY/START/END false and
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from server.config.validate import enum_name
-from server.protocol import datatypes
+from server.protocol import bytes_codec, datatypes
 from server.protocol.types import Tensor
 
 if TYPE_CHECKING:
@@ -80,7 +79,7 @@ def corrid_array(correlation_id: CorrelationId, control: CorridControl, shape: t
     width = control.dtype.itemsize
     if isinstance(correlation_id, str):
         encoded = correlation_id.encode()
-        raw = (struct.pack("<I", len(encoded)) + encoded)[:width].ljust(width, b"\0")
+        raw = bytes_codec.serialize([encoded])[:width].ljust(width, b"\0")
     else:
         raw = (int(correlation_id) % (1 << (8 * width))).to_bytes(width, "little")
     return np.frombuffer(raw, dtype=control.dtype.newbyteorder("<")).astype(control.dtype).reshape(shape)

@@ -13,7 +13,6 @@ python backend receives the input state but never updates it (every request sees
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from server.config.validate import enum_name
-from server.protocol import datatypes
+from server.protocol import bytes_codec, datatypes
 from server.protocol.errors import invalid_arg
 from server.protocol.types import InferenceResponse, RequestedOutput, Tensor
 
@@ -102,7 +101,7 @@ def _initial_state(state: Any, model_dir: Path | None, wire: str) -> Array:
     except OSError as exc:
         raise invalid_arg(f"failed to open text file for read {path}: {exc.strerror}") from None
     if wire == "BYTES":
-        return _deserialize_bytes(raw, dims, name)
+        return _deserialize_bytes(raw, dims, name, initial.data_file)
     dtype = np.dtype(datatypes.wire_to_numpy(wire))
     size = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
     if size > len(raw):
@@ -119,20 +118,16 @@ def _zeros(wire: str, dims: tuple[int, ...]) -> Array:
     return np.zeros(dims, dtype=datatypes.wire_to_numpy(wire))
 
 
-def _deserialize_bytes(raw: bytes, dims: tuple[int, ...], name: str) -> Array:
-    """Triton's serialized BYTES layout: per element a little-endian uint32 length, then the bytes."""
-    values: list[bytes] = []
-    offset = 0
-    while offset + 4 <= len(raw):
-        (length,) = struct.unpack_from("<I", raw, offset)
-        values.append(raw[offset + 4 : offset + 4 + length])
-        offset += 4 + length
+def _deserialize_bytes(raw: bytes, dims: tuple[int, ...], name: str, file: str) -> Array:
+    """The state's strings from its file, in Triton's serialized BYTES layout; any beyond the state's
+    element count are not read."""
+    values = bytes_codec.deserialize(raw, f"initial_state file {file} of state input '{name}'")
     count = int(np.prod(dims, dtype=np.int64))
     if len(values) < count:
         raise invalid_arg(
             f"initial_state data for state input '{name}' holds {len(values)} of {count} strings"
         )
-    return np.array(values[:count], dtype=object).reshape(dims)
+    return bytes_codec.object_array(values[:count], dims)
 
 
 def attach_state(

@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from server.config.validate import enum_name
-from server.protocol import datatypes
+from server.protocol import bytes_codec, datatypes
 from server.protocol.errors import ErrorCode, TritonError
-from server.protocol.tensors import deserialize_bytes
 from server.protocol.types import InferenceRequest, Tensor
 from server.scheduling.work import WorkItem
 
@@ -110,13 +109,13 @@ def _numeric_data(source: str, file: str, wire: str, elements: int, model_dir: P
 def _string_data(source: str, file: str, elements: int, model_dir: Path) -> np.ndarray[Any, Any]:
     if source != "input_data_file":  # zero and random strings are both empty strings in Triton
         return np.array([b""] * elements, dtype=np.object_)
-    values = deserialize_bytes(_read(model_dir, file))
+    values = bytes_codec.deserialize(_read(model_dir, file), f"warmup data file {file}")
     if len(values) != elements:
         raise TritonError(
             ErrorCode.INVALID_ARG,
             f"warmup setting expects {elements} strings, but the data provided from {file} has {len(values)}",
         )
-    return np.array(values, dtype=np.object_)
+    return bytes_codec.object_array(values)
 
 
 def _read(model_dir: Path, file: str) -> bytes:

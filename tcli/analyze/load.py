@@ -27,21 +27,16 @@ def step_inputs(step: Mapping[str, Any], batched: bool) -> dict[str, Any]:
     """One perf data step (tcli/perf/data.py: raw bytes per input) as numpy arrays of batch size 1."""
     import numpy as np
 
-    from server.protocol import datatypes
+    from server.protocol import bytes_codec, datatypes
 
     inputs: dict[str, Any] = {}
     for name, data in step.items():
         shape = ((1,) if batched else ()) + tuple(data.shape)
         if data.datatype == "BYTES":
-            values, raw, offset = [], data.raw, 0
-            while offset < len(raw):
-                length = int.from_bytes(raw[offset : offset + 4], "little")
-                values.append(raw[offset + 4 : offset + 4 + length])
-                offset += 4 + length
-            inputs[name] = np.array(values, dtype=np.object_).reshape(shape)
-        else:
-            dtype = np.dtype("uint16") if data.datatype == "BF16" else datatypes.wire_to_numpy(data.datatype)
-            inputs[name] = np.frombuffer(data.raw, dtype=dtype).reshape(shape)
+            values = bytes_codec.deserialize(data.raw, f"input '{name}'")
+            inputs[name] = bytes_codec.object_array(values, shape)
+        else:  # BF16: its raw 16-bit patterns
+            inputs[name] = np.frombuffer(data.raw, dtype=datatypes.raw_dtypes()[data.datatype]).reshape(shape)
     return inputs
 
 

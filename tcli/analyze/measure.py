@@ -84,15 +84,12 @@ class MeasureOptions:
 
 def backend_of(config: ModelConfig) -> str:
     """The backend a completed config names (platforms mapped as Triton maps them)."""
+    from server.backends import table
+
     if config.backend:
         return config.backend
-    platforms = {
-        "onnxruntime_onnx": "onnxruntime",
-        "pytorch_libtorch": "pytorch",
-        "tensorrt_plan": "tensorrt",
-        "ensemble": "ensemble",
-    }
-    return platforms.get(config.platform, config.platform)
+    served = table.serving(config.platform)
+    return served[0].name if served is not None else config.platform
 
 
 def config_json(config: ModelConfig) -> str:

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 PROCESS_PARAMETER = "TCLI_INSTANCE_PROCESS"  # server/backends/python/placement.py
 INTRA_PARAMETER = "intra_op_thread_count"
 INTER_PARAMETER = "inter_op_thread_count"
-GPU_BACKENDS = frozenset({"onnxruntime", "pytorch", "tensorrt"})
 
 
 @dataclass(frozen=True)
@@ -156,11 +155,18 @@ def _int_parameter(config: ModelConfig, name: str) -> int:
         return 0
 
 
+def _runs_on_gpu(backend: str) -> bool:
+    from server.backends import table
+
+    entry = table.built_in(backend)
+    return entry is not None and entry.gpu
+
+
 def base_candidate(config: ModelConfig, backend: str, gpu_count: int = 0) -> Candidate:
     """The model's config as it stands, as a candidate."""
     count = sum(max(1, group.count) for group in config.instance_group) or 1
     gpu = any(group.kind == 1 for group in config.instance_group) or (  # KIND_GPU
-        not config.instance_group and gpu_count > 0 and backend in GPU_BACKENDS
+        not config.instance_group and gpu_count > 0 and _runs_on_gpu(backend)
     )
     dynamic = config.HasField("dynamic_batching")
     preferred = list(config.dynamic_batching.preferred_batch_size) if dynamic else []
@@ -225,7 +231,7 @@ def build_space(config: ModelConfig, backend: str, bounds: Bounds) -> Space:
     values["intra_op_threads"] = sorted(set(intra))
     values["inter_op_threads"] = sorted(set(inter))
     values["kind"] = (
-        ["KIND_CPU", "KIND_GPU"] if bounds.gpu_count > 0 and backend in GPU_BACKENDS else ["KIND_CPU"]
+        ["KIND_CPU", "KIND_GPU"] if bounds.gpu_count > 0 and _runs_on_gpu(backend) else ["KIND_CPU"]
     )
     start = Candidate(**{d: _nearest(values[d], getattr(base, d)) for d in DIMENSIONS}).normalized()
     # quick mode starts with dynamic batching on when it may: without it requests are never batched,

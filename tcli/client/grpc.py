@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from server.protocol import datatypes
-from server.protocol.tensors import deserialize_bytes, serialize_bytes
+from server.protocol import bytes_codec, datatypes
 from tcli.client.tls import ClientTls
 from tcli.client.types import ClientError, InferInput, InferResult, RequestedOutput
 
@@ -169,7 +168,7 @@ class GrpcClient:
             # data travels in raw_input_contents, as tritonclient sends it
             request.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
             raw = (
-                serialize_bytes(tensor.data)
+                bytes_codec.serialize(tensor.data)
                 if tensor.datatype == "BYTES"
                 else np.ascontiguousarray(tensor.data).tobytes()
             )
@@ -188,7 +187,9 @@ def _parse_response(answer: Any) -> InferResult:
         if index < len(answer.raw_output_contents):
             raw = answer.raw_output_contents[index]
             if output.datatype == "BYTES":
-                array = np.array(deserialize_bytes(raw), dtype=object).reshape(shape)
+                array = bytes_codec.object_array(
+                    bytes_codec.deserialize(raw, f"output '{output.name}'"), tuple(shape)
+                )
             else:
                 array = np.frombuffer(raw, dtype=datatypes.wire_to_numpy(output.datatype)).reshape(shape)
         else:

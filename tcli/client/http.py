@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from server.protocol import datatypes
-from server.protocol.tensors import deserialize_bytes, serialize_bytes
+from server.protocol import bytes_codec, datatypes
 from tcli.client.tls import ClientTls
 from tcli.client.types import ClientError, InferInput, InferResult, RequestedOutput
 
@@ -148,7 +147,7 @@ def encode_request(
     blobs = []
     for tensor in inputs:
         raw = (
-            serialize_bytes(tensor.data)
+            bytes_codec.serialize(tensor.data)
             if tensor.datatype == "BYTES"
             else np.ascontiguousarray(tensor.data).tobytes()
         )
@@ -193,7 +192,9 @@ def decode_response(body: bytes, header_length: int | None) -> InferResult:
             raw = body[offset : offset + size]
             offset += size
             if datatype == "BYTES":
-                array = np.array(deserialize_bytes(raw), dtype=object).reshape(shape)
+                array = bytes_codec.object_array(
+                    bytes_codec.deserialize(raw, f"output '{name}'"), tuple(shape)
+                )
             else:
                 array = np.frombuffer(raw, dtype=datatypes.wire_to_numpy(datatype)).reshape(shape)
         elif datatype == "BYTES":

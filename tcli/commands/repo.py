@@ -170,6 +170,7 @@ def scaffold(
     force: Annotated[bool, typer.Option(help="Overwrite an existing config.pbtxt.")] = False,
 ) -> None:
     """Create <repository>/<name>/config.pbtxt and <name>/1/<model file> from a model file."""
+    from server.backends import table
     from server.config import scaffold as sc
     from server.config.model_folder import scan_model
     from server.protocol.errors import TritonError
@@ -185,21 +186,24 @@ def scaffold(
             inputs=tuple(sc.parse_tensor_arg(s) for s in input or ()),
             outputs=tuple(sc.parse_tensor_arg(s) for s in output or ()),
         )
-        if backend == "python":
+        # the backend's default model file says what to write (server/backends/table.py)
+        entry = table.built_in(backend) if backend is not None else None
+        backend_file = entry.model_file if entry is not None else None
+        if backend_file == "model.py":
             options = _named(options, name or model_file_or_name)
             config = sc.config_for_python(options)
             folder = sc.write_model_folder(repository, config, None, "model.py", force=force)
-        elif backend not in (None, "onnxruntime", "pytorch"):
+        elif backend is not None and backend_file not in ("model.onnx", "model.pt"):
             raise CliError(f"--backend {backend} is not scaffolded: use python, or pass an .onnx or .pt file")
         else:
             model_file = Path(model_file_or_name)
             if not model_file.is_file():
                 raise CliError(f"model file '{model_file}' not found: pass an .onnx or .pt file")
             options = _named(options, name or model_file.stem)
-            if model_file.suffix == ".onnx" or backend == "onnxruntime":
+            if model_file.suffix == ".onnx" or backend_file == "model.onnx":
                 config = sc.config_for_onnx(model_file, options)
                 file_name = "model.onnx"
-            elif model_file.suffix in (".pt", ".pth", ".torchscript") or backend == "pytorch":
+            elif model_file.suffix in (".pt", ".pth", ".torchscript") or backend_file == "model.pt":
                 config = sc.config_for_torchscript(options)
                 file_name = "model.pt"
             else:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from server.app import ServerSettings
-from server.backends.locate import DEFAULT_BACKEND_DIRECTORY
+from server.backends.base import DEFAULT_BACKEND_DIRECTORY
 from server.logs import LogSettings
 from server.protocol.errors import TritonError as ServerError
 from server.repository.manager import ControlMode

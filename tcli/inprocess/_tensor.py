@@ -22,9 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from server.protocol import datatypes
+from server.protocol import bytes_codec, datatypes
 from server.protocol import types as core
-from server.protocol.tensors import as_bytes, deserialize_bytes, serialize_bytes
 from tcli.inprocess._errors import InvalidArgumentError, UnsupportedError
 from tcli.inprocess._memorybuffer import DeviceOrMemoryType, MemoryBuffer, host_view, parse_device
 from tcli.inprocess._types import DataType, DLDeviceType, MemoryType
@@ -112,10 +111,8 @@ class Tensor:
         if self.data_type != DataType.BYTES:
             raise InvalidArgumentError(f"Tensor has data type {self.data_type.name} not BYTES")
         raw = np.asarray(_Export(self, np.dtype(np.uint8), (self.size,)))
-        items = deserialize_bytes(raw.data)
-        array = np.empty(len(items), dtype=object)
-        array[:] = items
-        return array.reshape(tuple(self.shape))
+        items = bytes_codec.deserialize(raw.data)
+        return bytes_codec.object_array(items, tuple(self.shape))
 
     def to_string_array(self) -> np.ndarray[Any, Any]:
         """A BYTES tensor as a numpy array of str (each element decoded as UTF-8)."""
@@ -167,8 +164,8 @@ class Tensor:
 
 
 def _serialized(array: np.ndarray[Any, Any]) -> Tensor:
-    flat = [as_bytes(item) for item in array.reshape(-1)]
-    raw = np.frombuffer(serialize_bytes(flat), dtype=np.uint8) if flat else np.zeros(0, np.uint8)
+    serialized = bytes_codec.serialize(array)
+    raw = np.frombuffer(serialized, dtype=np.uint8) if serialized else np.zeros(0, np.uint8)
     return Tensor(DataType.BYTES, list(array.shape), MemoryBuffer.of_array(raw, raw))
 
 
@@ -184,9 +181,7 @@ def _data_type(dtype: np.dtype[Any], name: str) -> DataType:
 
 def _bytes_array(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """An object array of bytes in `array`'s shape (str elements encoded as UTF-8)."""
-    flat = np.empty(array.size, dtype=object)
-    flat[:] = [as_bytes(item) for item in array.reshape(-1)]
-    return flat.reshape(array.shape)
+    return bytes_codec.object_array([bytes_codec.as_bytes(item) for item in array.reshape(-1)], array.shape)
 
 
 def as_input(name: str, value: Any) -> core.Tensor:

@@ -18,24 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from server.protocol import datatypes
 from tcli.errors import CliError
 from tcli.perf.model import ModelInfo
-
-_ELEMENT_SIZE = {
-    "BOOL": 1,
-    "UINT8": 1,
-    "UINT16": 2,
-    "UINT32": 4,
-    "UINT64": 8,
-    "INT8": 1,
-    "INT16": 2,
-    "INT32": 4,
-    "INT64": 8,
-    "FP16": 2,
-    "FP32": 4,
-    "FP64": 8,
-    "BF16": 2,
-}
 
 
 @dataclass(frozen=True)
@@ -53,17 +38,13 @@ Stream = list[Step]  # the steps of one stream (a sequence reads one stream in o
 
 
 def _numpy_dtype(datatype: str) -> Any:
-    import numpy as np
-
-    from server.protocol import datatypes
-
-    if datatype == "BF16":
-        return np.dtype("uint16")  # raw 16-bit patterns; numpy has no bfloat16
-    return np.dtype(datatypes.wire_to_numpy(datatype))
+    return datatypes.raw_dtypes()[datatype]  # BF16: its raw 16-bit patterns; numpy has no bfloat16
 
 
 def _serialize_strings(values: list[bytes]) -> bytes:
-    return b"".join(len(v).to_bytes(4, "little") + v for v in values)
+    from server.protocol import bytes_codec  # numpy: imported once data is made, not with the CLI
+
+    return bytes_codec.serialize(values)
 
 
 def synthetic(
@@ -167,7 +148,8 @@ def _step_from_json(
         if isinstance(value, dict) and "b64" in value:
             raw = base64.b64decode(value["b64"])
             if spec.datatype != "BYTES":
-                expected = count * _ELEMENT_SIZE.get(spec.datatype, 1)
+                known = datatypes.BY_WIRE.get(spec.datatype)
+                expected = count * (known.size if known else 1)
                 if len(raw) != expected:
                     raise CliError(
                         f"--input-data {where}: '{spec.name}' b64 data has {len(raw)} bytes, expected "

@@ -1,5 +1,5 @@
-"""The contracts between the layers hold. Every backend tcli serves loads instances of classes that
-implement the instance contract of server/backends/base.py (nothing abstract left, every method of the
+"""The contracts between the layers hold. Every backend of the backend table offers the module
+interface the table declares, and loads instances of classes that implement the instance contract of server/backends/base.py (nothing abstract left, every method of the
 contract with the contract's parameters); every scheduler the runner can make implements
 work.Scheduler; the scheduling layer learns what an instance or a scheduler can do only from those
 declarations, never by probing with getattr/hasattr; and BLS asks the runner, never its private
@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import ast
 import inspect
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from server.backends import table
 from server.backends.base import LoopRequestModel, ModelInstance, RequestModel, TensorModel
-from server.backends.registry import BACKENDS, instance_classes
-from server.config.backends import SERVED_BACKENDS
+from server.backends.registry import instance_classes
 from server.scheduling.dynamic_batcher import DynamicBatcher
 from server.scheduling.sequence import SequenceScheduler
 from server.scheduling.work import DefaultScheduler, Scheduler
@@ -28,11 +30,48 @@ def parameters(function: object) -> list[str]:
     return list(inspect.signature(function).parameters)  # type: ignore[arg-type]
 
 
-def test_the_backend_table_is_the_served_backends() -> None:
-    assert set(BACKENDS) == SERVED_BACKENDS
+@pytest.mark.parametrize("backend", table.NAMES)
+def test_each_backend_module_offers_the_table_interface(backend: str) -> None:
+    entry = table.built_in(backend)
+    assert entry is not None and entry.name == backend
+    module = entry.module()
+    for name in ("load", "instance_classes"):
+        declared = getattr(table.BackendModule, name)
+        assert parameters(getattr(module, name)) == parameters(declared)[1:], f"{module.__name__}.{name}"
+    assert module.instance_classes(), f"{module.__name__} loads no class"
+    # optional capabilities are declared by every module, as a function or as None
+    completer, check = vars(module)["complete_config"], vars(module)["check_model_file"]
+    if completer is not None:
+        assert parameters(completer)[:4] == ["config", "model_file", "model_dir", "backend_config"]
+    if check is not None:
+        assert parameters(check) == ["config", "model_file", "found"]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_backend_table_names_each_backend_platform_and_file_once() -> None:
+    platforms = [platform.name for entry in table.BUILT_IN for platform in entry.platforms]
+    files = [entry.model_file for entry in table.BUILT_IN]
+    assert len(set(table.NAMES)) == len(table.NAMES)
+    assert len(set(platforms)) == len(platforms)
+    assert len(set(files)) == len(files)  # a version folder's file tells its backend (config/backends.py)
+
+
+def test_reading_the_table_and_its_modules_imports_no_framework() -> None:
+    """Each backend's module is imported when a model names it; the framework only when an instance
+    loads."""
+    code = (
+        "import sys\n"
+        "from server.backends import table\n"
+        "for entry in table.BUILT_IN:\n"
+        "    entry.module().instance_classes()\n"
+        "print(sorted(m for m in ('onnxruntime', 'torch', 'tensorrt') if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("backend", table.NAMES)
 def test_each_backend_implements_the_instance_contract(backend: str) -> None:
     for cls in instance_classes(backend):
         contract = next(c for c in CONTRACTS if issubclass(cls, c))

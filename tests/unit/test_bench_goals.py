@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+
+import numpy as np
 import pytest
 
-from benchmarks import digits_batching, frontend, instances, process_hop_cost, scale, startup
+from benchmarks import digits_batching, frontend, hop_breakdown, instances, process_hop_cost, scale, startup
 from benchmarks.context import Summary
 from benchmarks.observe import Counts
 from benchmarks.process_hop_cost import Hop, Pass
 from benchmarks.repos import IN_SERVER
 from benchmarks.scale import Launch
+from server.backends.python import hop_frames
+from server.protocol.types import InferenceResponse
 
 
 def summary(throughput: float, p99_us: float) -> Summary:
@@ -127,3 +132,22 @@ def test_isolated_copies_sides_are_each_figures_median() -> None:
     runs = [launch(4.0, 700), launch(6.0, 900), launch(5.0, 800)]
     middle = scale.median_launch(runs)
     assert (middle.ready_s, middle.pss_mb, middle.processes) == (5.0, 800, 102)
+
+
+def test_hop_breakdown_times_a_real_add_sub_request_woken_and_hot(monkeypatch: pytest.MonkeyPatch) -> None:
+    # hosted as in its own process, the model registers itself as `model`: gone again after the test
+    monkeypatch.setitem(sys.modules, "model", None)
+    model = hop_breakdown._add_sub()
+    try:
+        *steps_ns, done = hop_breakdown._handle(model, bytearray(hop_breakdown._frame()))
+        (response,) = hop_frames.decode_results(bytearray(done), lambda: None, "add_sub", "1").results
+        assert isinstance(response, InferenceResponse)
+        outputs = {t.name: np.asarray(t.data) for t in response.outputs}
+        assert outputs["OUTPUT0"].tolist() == [2.0] * 4 and outputs["OUTPUT1"].tolist() == [0.0] * 4
+        assert all(ns >= 0 for ns in steps_ns)
+    finally:
+        model.unload()
+    result = hop_breakdown.measure(40, 50.0)  # a pacer process wakes it 40 times (after a warm-up)
+    assert set(result.woken) == set(result.hot) == set(hop_breakdown.STEPS)
+    assert result.woken["execute"] > 0 and result.hot["execute"] > 0
+    assert result.hot["read"] == result.hot["write"] == 0  # the hot loop has no pipe

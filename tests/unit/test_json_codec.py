@@ -20,7 +20,7 @@ from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.json_binary import decode_raw_request
 from server.protocol.json_codec import decode_request, parse_header_length
 from server.protocol.json_response import encode_response
-from server.protocol.tensors import SHM_DISABLED, deserialize_bytes, serialize_bytes
+from server.protocol.tensors import SHM_DISABLED
 from server.protocol.types import InferenceResponse, RequestedOutput, Tensor
 
 NUMERIC = {
@@ -137,12 +137,6 @@ def test_bytes_tensors_round_trip(strings: list[bytes], binary: bool) -> None:
     response = InferenceResponse("m", "1", "", [tensor])
     result = client_result(response, [RequestedOutput("S", parameters={"binary_data": True})])
     assert list(result.as_numpy("S").reshape(-1)) == strings
-
-
-def test_bytes_serialization_is_length_prefixed_little_endian() -> None:
-    data = serialize_bytes(np.array([b"ab", "\u00e9", b""], dtype=object))
-    assert data == b"\x02\x00\x00\x00ab\x02\x00\x00\x00\xc3\xa9\x00\x00\x00\x00"
-    assert deserialize_bytes(data) == [b"ab", "\u00e9".encode(), b""]
 
 
 def test_binary_inputs_are_views_on_the_body_not_copies() -> None:

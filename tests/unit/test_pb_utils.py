@@ -71,6 +71,10 @@ def test_triton_dtype_values_follow_the_config_enum_order() -> None:
     for index, config_name in enumerate(datatypes.CONFIG_TYPE_NAMES, start=1):
         assert pb_utils.config_to_dtype(config_name) == index
         assert pb_utils.dtype_to_wire(index) == datatypes.config_to_wire(config_name)
+    # the one datatype table numbers its rows as the config's protobuf enum does, in row order
+    for index, row in enumerate(datatypes.TYPES, start=1):
+        assert row.number == index == model_config_pb2.DataType.Value(row.config)
+    assert len(datatypes.TYPES) == len(model_config_pb2.DataType.values()) - 1  # all but TYPE_INVALID
 
 
 # --- BYTES tensors -----------------------------------------------------------------------------------
@@ -114,9 +118,10 @@ def test_bytes_tensor_round_trip(tensor: np.ndarray[Any, Any]) -> None:
 
 
 def test_truncated_bytes_tensor_is_refused() -> None:
-    with pytest.raises(ValueError, match="declares 5 bytes, 2 remain"):
+    """A ValueError a model can catch, worded as the server words a bad BYTES input."""
+    with pytest.raises(ValueError, match="expecting string of length 5 but only 2 bytes available"):
         pb_utils.deserialize_bytes_tensor(b"\x05\x00\x00\x00ab")
-    with pytest.raises(ValueError, match="4-byte length"):
+    with pytest.raises(ValueError, match="expecting 4 bytes but only 2 bytes available"):
         pb_utils.deserialize_bytes_tensor(b"\x01\x00")
 
 

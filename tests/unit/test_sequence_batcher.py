@@ -11,6 +11,7 @@ scheduler's own state."""
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from server.scheduling.sequence import NullItem, SequenceScheduler
 from server.scheduling.sequence_slots import heap_pop, heap_push
+from server.scheduling.sequence_state import state_specs
 from server.scheduling.work import WorkItem
 
 STRATEGIES = pytest.mark.parametrize(
@@ -688,6 +690,37 @@ def test_initial_state_errors_fail_the_load(tmp_path: Path, initial: str, messag
     s = SequenceScheduler(config(sequence=sequence), tmp_path)
     with pytest.raises(TritonError, match=message):
         s.prepare(1)
+
+
+STRING_STATE = """state [ { input_name: "S_IN" output_name: "S_OUT" data_type: TYPE_STRING dims: [ 2 ]
+    initial_state: { data_type: TYPE_STRING dims: [ 2 ] data_file: "words" name: "w" } } ]"""
+
+
+def test_a_string_initial_state_is_read_as_serialized_bytes(tmp_path: Path) -> None:
+    (tmp_path / "initial_state").mkdir()
+    words = b"\x02\x00\x00\x00hi\x05\x00\x00\x00there"
+    (tmp_path / "initial_state" / "words").write_bytes(words + b"\x01\x00\x00\x00!")  # a third is not read
+    (spec,) = state_specs(config(sequence=STRING_STATE), tmp_path)
+    assert spec.initial.dtype == object and spec.initial.tolist() == [[b"hi", b"there"]]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            b"\x02\x00\x00\x00hi\x05\x00\x00\x00the",
+            "incomplete string data for initial_state file words of state input 'S_IN', expecting string of "
+            "length 5 but only 3 bytes available",
+        ),
+        (b"\x02\x00\x00\x00hi", "initial_state data for state input 'S_IN' holds 1 of 2 strings"),
+    ],
+)
+def test_a_malformed_string_initial_state_fails_the_load(tmp_path: Path, data: bytes, message: str) -> None:
+    (tmp_path / "initial_state").mkdir()
+    (tmp_path / "initial_state" / "words").write_bytes(data)
+    with pytest.raises(TritonError, match=re.escape(message)) as error:
+        state_specs(config(sequence=STRING_STATE), tmp_path)
+    assert error.value.code == ErrorCode.INVALID_ARG
 
 
 # shutdown and concurrency ------------------------------------------------------------------------

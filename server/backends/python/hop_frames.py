@@ -39,8 +39,8 @@ import numpy as np
 
 from server.backends.base import ModelError, Rescheduled
 from server.backends.python.shm import INLINE_LIMIT
+from server.protocol import bytes_codec, datatypes
 from server.protocol.errors import ErrorCode, TritonError
-from server.protocol.tensors import serialize_bytes, split_bytes
 from server.protocol.types import InferenceResponse, RequestedOutput, Tensor
 
 if TYPE_CHECKING:
@@ -48,12 +48,12 @@ if TYPE_CHECKING:
 
 EXEC, DONE, SEND = 1, 2, 3
 
-DATATYPES: tuple[str, ...] = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32")
-DATATYPES += ("INT64", "FP16", "FP32", "FP64", "BYTES", "BF16")
+# a frame numbers datatypes from 0 in TRITONSERVER_DataType order
+DATATYPES: tuple[str, ...] = datatypes.WIRE_TYPE_NAMES
 _DATATYPE_INDEX = {name: index for index, name in enumerate(DATATYPES)}
 # BF16 travels as its raw 16-bit values; BYTES as Triton's serialized elements
-_NUMPY = [np.dtype(n) for n in ("bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16")]
-_NUMPY += [np.dtype(n) for n in ("int32", "int64", "float16", "float32", "float64", "object", "uint16")]
+_RAW = datatypes.raw_dtypes()
+_NUMPY = [_RAW.get(name, np.dtype(object)) for name in DATATYPES]
 _BYTES = _DATATYPE_INDEX["BYTES"]
 _CODES = tuple(ErrorCode)
 _CODE_INDEX = {code: index for index, code in enumerate(_CODES)}
@@ -124,7 +124,7 @@ def _flat(tensor: Tensor) -> np.ndarray[Any, Any]:
     """The tensor's bytes as one contiguous array (BYTES serialized)."""
     data = tensor.data
     if data.dtype == object:
-        return np.frombuffer(serialize_bytes(data), np.uint8)
+        return np.frombuffer(bytes_codec.serialize(data), np.uint8)
     return np.ascontiguousarray(data)
 
 
@@ -348,14 +348,12 @@ def _descriptor(
 
 def _bytes_array(view: memoryview, name: str, count: int, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
     try:
-        elements = split_bytes(view, name)
-    except TritonError as exc:
+        elements = bytes_codec.deserialize(view, f"tensor '{name}'")
+    except bytes_codec.BytesFormatError as exc:
         raise FrameError(exc.message) from None
     if len(elements) != count:
         raise FrameError(f"tensor '{name}' has {len(elements)} elements for shape {list(shape)}")
-    data = np.empty(count, object)
-    data[:] = elements
-    return data.reshape(shape)
+    return bytes_codec.object_array(elements, shape)
 
 
 def kind_of(frame: bytes | bytearray | memoryview) -> int:

@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from server.protocol import bytes_codec, datatypes
+
 # ---------------------------------------------------------------------------------------------------
 # Constants (values as the real module and its C++ stub define them)
 # ---------------------------------------------------------------------------------------------------
@@ -20,79 +22,18 @@ TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 
 # TRITONSERVER_DataType values, as Tensor.triton_dtype() returns them
-TYPE_INVALID = 0
-TYPE_BOOL = 1
-TYPE_BF16 = 14
-TYPE_BYTES = 13
+TYPE_INVALID = datatypes.INVALID_NUMBER
+TYPE_BOOL = datatypes.BY_WIRE["BOOL"].number
+TYPE_BF16 = datatypes.BY_WIRE["BF16"].number
+TYPE_BYTES = datatypes.BY_WIRE["BYTES"].number
 
-_CONFIG_NAMES = (
-    "TYPE_BOOL",
-    "TYPE_UINT8",
-    "TYPE_UINT16",
-    "TYPE_UINT32",
-    "TYPE_UINT64",
-    "TYPE_INT8",
-    "TYPE_INT16",
-    "TYPE_INT32",
-    "TYPE_INT64",
-    "TYPE_FP16",
-    "TYPE_FP32",
-    "TYPE_FP64",
-    "TYPE_STRING",
-    "TYPE_BF16",
-)
-_WIRE_NAMES = (
-    "BOOL",
-    "UINT8",
-    "UINT16",
-    "UINT32",
-    "UINT64",
-    "INT8",
-    "INT16",
-    "INT32",
-    "INT64",
-    "FP16",
-    "FP32",
-    "FP64",
-    "BYTES",
-    "BF16",
-)
-
-# 1..13 in enum order; BF16 (14) has no numpy type
-_NUMPY_TYPES: tuple[type[Any], ...] = (
-    np.bool_,
-    np.uint8,
-    np.uint16,
-    np.uint32,
-    np.uint64,
-    np.int8,
-    np.int16,
-    np.int32,
-    np.int64,
-    np.float16,
-    np.float32,
-    np.float64,
-    np.object_,
-)
-_NUMPY_NAME_TO_TRITON = {
-    np.dtype(t).name: i for i, t in enumerate(_NUMPY_TYPES, start=1) if t is not np.object_
-}
+# numpy types by TRITONSERVER_DataType, from the one datatype table (BF16 has none)
+_NUMPY_TYPES: dict[int, type[Any]] = {t.number: np.dtype(t.numpy).type for t in datatypes.TYPES if t.numpy}
+_NUMPY_NAME_TO_TRITON = {t.numpy: t.number for t in datatypes.TYPES if t.numpy and t.numpy != "object"}
 
 # The real module maps TYPE_BOOL to Python's bool (np.dtype(bool) is np.bool_ all the same).
 TRITON_STRING_TO_NUMPY: dict[str, Any] = {
-    "TYPE_BOOL": bool,
-    "TYPE_UINT8": np.uint8,
-    "TYPE_UINT16": np.uint16,
-    "TYPE_UINT32": np.uint32,
-    "TYPE_UINT64": np.uint64,
-    "TYPE_INT8": np.int8,
-    "TYPE_INT16": np.int16,
-    "TYPE_INT32": np.int32,
-    "TYPE_INT64": np.int64,
-    "TYPE_FP16": np.float16,
-    "TYPE_FP32": np.float32,
-    "TYPE_FP64": np.float64,
-    "TYPE_STRING": np.object_,
+    t.config: bool if t.wire == "BOOL" else np.dtype(t.numpy).type for t in datatypes.TYPES if t.numpy
 }
 
 
@@ -103,9 +44,7 @@ TRITON_STRING_TO_NUMPY: dict[str, Any] = {
 
 def triton_to_numpy_type(data_type: int) -> Any:
     """TRITONSERVER_DataType (1..13) -> numpy type; None for BF16 (14) and unknown values, as Triton."""
-    if isinstance(data_type, int) and 1 <= data_type <= len(_NUMPY_TYPES):
-        return _NUMPY_TYPES[data_type - 1]
-    return None
+    return _NUMPY_TYPES.get(data_type) if isinstance(data_type, int) else None
 
 
 def numpy_to_triton_type(data_type: Any) -> int | None:
@@ -148,35 +87,13 @@ def serialize_byte_tensor(input_tensor: npt.NDArray[Any]) -> bytes | None:
         return b""
     if input_tensor.dtype.kind not in ("O", "S"):
         return None
-    parts: list[bytes] = []
-    for item in input_tensor.ravel(order="C"):
-        raw = isinstance(item, (bytes, bytearray, memoryview))
-        data = bytes(item) if raw else str(item).encode("utf-8")
-        parts.append(len(data).to_bytes(4, "little"))
-        parts.append(data)
-    return b"".join(parts)
+    return bytes_codec.serialize(input_tensor)
 
 
 def deserialize_bytes_tensor(encoded_tensor: Any) -> npt.NDArray[np.object_]:
     """The inverse of serialize_byte_tensor: a 1-D object array of bytes (reshape it as needed).
 
-    Accepts bytes-like objects and uint8 numpy arrays (what the real stub passes)."""
-    data = encoded_tensor.tobytes() if isinstance(encoded_tensor, np.ndarray) else bytes(encoded_tensor)
-    items: list[bytes] = []
-    offset, end = 0, len(data)
-    while offset < end:
-        if offset + 4 > end:
-            raise ValueError(
-                f"truncated BYTES tensor: {end - offset} byte(s) left where a 4-byte length is due"
-            )
-        length = int.from_bytes(data[offset : offset + 4], "little")
-        offset += 4
-        if offset + length > end:
-            raise ValueError(
-                f"truncated BYTES tensor: element {len(items)} declares {length} bytes, {end - offset} remain"
-            )
-        items.append(data[offset : offset + length])
-        offset += length
-    result = np.empty(len(items), dtype=np.object_)
-    result[:] = items
-    return result
+    Accepts bytes-like objects and uint8 numpy arrays (what the real stub passes). A malformed buffer
+    raises a ValueError saying what is wrong."""
+    data = encoded_tensor.tobytes() if isinstance(encoded_tensor, np.ndarray) else encoded_tensor
+    return bytes_codec.object_array(bytes_codec.deserialize(data))

@@ -12,18 +12,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from server.backends.python.pb_utils.datatypes import (
-    _CONFIG_NAMES,
-    _WIRE_NAMES,
-    TRITONSERVER_REQUEST_RELEASE_ALL,
-    TYPE_BF16,
-    TYPE_INVALID,
-)
+from server.backends.python.pb_utils.datatypes import TRITONSERVER_REQUEST_RELEASE_ALL, TYPE_BF16
 from server.backends.python.pb_utils.errors import TritonError
 from server.backends.python.pb_utils.memory import TRITONSERVER_MEMORY_CPU, InferenceTrace, PreferredMemory
 from server.backends.python.pb_utils.requests import InferenceRequest
 from server.backends.python.pb_utils.responses import InferenceResponse, InferenceResponseSender
 from server.backends.python.pb_utils.tensor import Tensor, _check_tensor_name, _tensor_from_storage
+from server.protocol import datatypes
 
 
 def new_execute_request(
@@ -84,13 +79,10 @@ def tensor_from_storage(name: str, array: npt.NDArray[Any], triton_dtype: int) -
     return _tensor_from_storage(_check_tensor_name(name), array, triton_dtype)
 
 
-_WIRE_CODES = {name: index + 1 for index, name in enumerate(_WIRE_NAMES)}
-
-
 def input_tensor(name: str, array: npt.NDArray[Any], wire_type: str) -> Tensor:
     """An input tensor the server decoded and checked against the config: not checked again (a
     request's inputs cost the most of what execute() gets). BF16 arrays hold the raw 16-bit values."""
-    triton_dtype = _WIRE_CODES[wire_type]
+    triton_dtype = datatypes.BY_WIRE[wire_type].number
     if triton_dtype == TYPE_BF16 and array.dtype != np.uint16:
         array = array.view(np.uint16)
     return _tensor_from_storage(name, array, triton_dtype)
@@ -103,17 +95,17 @@ def tensor_storage(tensor: Tensor) -> npt.NDArray[Any]:
 
 def dtype_to_wire(triton_dtype: int) -> str:
     """11 -> 'FP32', 13 -> 'BYTES', 14 -> 'BF16'; 'INVALID' for anything else."""
-    return _WIRE_NAMES[triton_dtype - 1] if 1 <= triton_dtype <= len(_WIRE_NAMES) else "INVALID"
+    return datatypes.number_to_wire(triton_dtype)
 
 
 def wire_to_dtype(wire_type: str) -> int:
     """'FP32' -> 11; 0 (TYPE_INVALID) for an unknown name."""
-    return _WIRE_NAMES.index(wire_type) + 1 if wire_type in _WIRE_NAMES else TYPE_INVALID
+    return datatypes.wire_to_number(wire_type)
 
 
 def config_to_dtype(config_type: str) -> int:
     """'TYPE_FP32' -> 11; 0 for an unknown name."""
-    return _CONFIG_NAMES.index(config_type) + 1 if config_type in _CONFIG_NAMES else TYPE_INVALID
+    return datatypes.config_to_number(config_type)
 
 
 def error_code_name(error: TritonError) -> str:

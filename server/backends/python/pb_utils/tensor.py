@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from server.backends.python.pb_utils.datatypes import _WIRE_NAMES, TYPE_BF16, TYPE_BYTES, numpy_to_triton_type
+from server.backends.python.pb_utils.datatypes import TYPE_BF16, TYPE_BYTES, numpy_to_triton_type
 from server.backends.python.pb_utils.dlpack import (
     _DL_BFLOAT,
     _DL_CPU,
@@ -18,6 +18,7 @@ from server.backends.python.pb_utils.dlpack import (
     _is_capsule,
 )
 from server.backends.python.pb_utils.errors import TritonModelException
+from server.protocol import datatypes
 
 
 def _check_tensor_name(name: object) -> str:
@@ -140,7 +141,7 @@ class Tensor:
         return Tensor(name, array)
 
     def __repr__(self) -> str:
-        return f"Tensor(name={self._name!r}, dtype={_WIRE_NAMES[self._dtype - 1]}, shape={self.shape()})"
+        return f"Tensor(name={self._name!r}, dtype={datatypes.number_to_wire(self._dtype)}, shape={self.shape()})"
 
 
 def _tensor_from_storage(name: str, array: npt.NDArray[Any], triton_dtype: int) -> Tensor:
