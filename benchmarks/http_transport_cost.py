@@ -55,7 +55,7 @@ def serve() -> None:
     """The child: serve StubApp on a free port, print it, stop when stdin closes."""
     import uvloop
 
-    from server.frontends.http_server import serve_http
+    from server.frontends.http.server import serve_http
 
     async def main() -> None:
         handle = await serve_http(StubApp(), "127.0.0.1", 0)

@@ -48,8 +48,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from server.app import Server, ServerSettings
-    from server.frontends.http import create_http_app
-    from server.frontends.http_direct import InferHeaders
+    from server.frontends.http.app import create_http_app
+    from server.frontends.http.direct import InferHeaders
 
     with tempfile.TemporaryDirectory() as scratch:
         repo = Path(scratch)

@@ -62,7 +62,7 @@ class ServerSettings:
     allow_metrics: bool = True
     allow_client_shm: bool = False
     http_max_input_size: int = 64 * 2**20
-    # connection limits (tcli's own flags: tritonserver has none; server/frontends/http_limits.py)
+    # connection limits (tcli's own flags: tritonserver has none; server/frontends/http/limits.py)
     http_header_timeout: float = 30.0  # --http-header-timeout: seconds for a whole request head
     http_body_timeout: float = 60.0  # --http-body-timeout: seconds without a body byte mid-body
     http_keepalive_timeout: float = 75.0  # --http-keepalive-timeout: idle seconds between requests
@@ -302,8 +302,8 @@ class Server:
         self._model_control = model_control.install(self.service, asyncio.get_running_loop())
         settings = self.settings
         if settings.allow_http:
-            from server.frontends.http import create_http_app
-            from server.frontends.http_server import serve_http
+            from server.frontends.http.app import create_http_app
+            from server.frontends.http.server import serve_http
 
             app = create_http_app(
                 self.service,
@@ -326,7 +326,7 @@ class Server:
             self._handles.append(handle)
         if settings.allow_metrics:
             from server.backends.python.pb_utils.metric_registry import METRICS
-            from server.frontends.http_server import serve_http
+            from server.frontends.http.server import serve_http
             from server.frontends.metrics import create_metrics_app
 
             metrics = create_metrics_app(
@@ -365,7 +365,7 @@ class Server:
             self._handles.append(grpc_handle)
 
     def http_limits(self) -> Any:
-        from server.frontends.http_limits import ConnectionLimits
+        from server.frontends.http.limits import ConnectionLimits
 
         settings = self.settings
         return ConnectionLimits(

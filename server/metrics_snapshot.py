@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from server.repository.models import ModelState
-from server.stats import ModelStats
+from server.scheduling.stats import ModelStats
 
 if TYPE_CHECKING:
     from server.repository.manager import ModelManager

@@ -33,7 +33,7 @@ SERVER_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("repository", ("server.repository",)),
-    ("scheduling", ("server.scheduling", "server.request_checks", "server.stats")),
+    ("scheduling", ("server.scheduling",)),
     ("model configuration", ("server.config",)),
     ("backends", ("server.backends",)),
     ("protocol", ("server.protocol",)),
@@ -206,7 +206,7 @@ if TYPE_CHECKING:
     from server.service import InferenceService
 def load():
     from server.scheduling.runner import ModelRunner
-    import server.stats
+    import server.scheduling.stats
 """
     found = dict(_imports_in(source, "server.backends.onnxruntime", is_package=False))
     assert found == {
@@ -215,7 +215,7 @@ def load():
         "server.backends.registry": 7,
         "server.service": 9,
         "server.scheduling.runner": 11,
-        "server.stats": 12,
+        "server.scheduling.stats": 12,
     }
 
 
@@ -231,6 +231,18 @@ def test_the_architecture_page_names_only_real_paths() -> None:
         if "<" not in path and not (ROOT / path.rstrip("/")).exists()
     ]
     assert not missing, f"server/README.md names paths that do not exist: {missing}"
+
+
+def test_folders_show_the_layers() -> None:
+    """Below the core service each layer is one package, so a file's folder names its layer; and a
+    front end's modules sit in its transport's package, not flat beside the others."""
+    for name, prefixes in SERVER_LAYERS[3:]:
+        for prefix in prefixes:
+            assert (ROOT / prefix.replace(".", "/") / "__init__.py").is_file(), (
+                f"layer '{name}' is {prefix}, which is not a package: move its modules into one"
+            )
+    flat = [m for m in MODULES if m.startswith("server.frontends.http_")]
+    assert flat == [], f"HTTP front-end modules belong in server/frontends/http/: {flat}"
 
 
 def test_the_architecture_page_draws_the_layers_the_test_keeps() -> None:
@@ -323,26 +335,26 @@ def test_an_error_code_has_one_http_status() -> None:
         for function, node in _nodes(module)
         if isinstance(node, ast.Attribute) and node.attr == "http_status"
     ]
-    assert readers == [("server.frontends.http", "_error_answer")], readers
+    assert readers == [("server.frontends.http.app", "_error_answer")], readers
 
 
 def test_http_routes_are_one_table() -> None:
     """Each HTTP route (methods, path, handler, restricted group) is a `Route` of the table in
-    server/frontends/http.py, and a restricted group is checked in one place: where it is matched."""
+    server/frontends/http/app.py, and a restricted group is checked in one place: where it is matched."""
     building = {
         module
         for module in FRONT_ENDS
         for _, node in _nodes(module)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Route"
     }
-    assert building == {"server.frontends.http"}, building
+    assert building == {"server.frontends.http.app"}, building
     checks = [
         (module, function)
         for module in FRONT_ENDS
         for function, receiver, method in _calls(module)
         if method == "check" and receiver.endswith("_restrictions")
     ]
-    assert checks == [("server.frontends.http", "_route")], checks
+    assert checks == [("server.frontends.http.app", "_route")], checks
 
 
 # One home for the built-in backends: server/backends/table.py lists them (name, platforms, files,

@@ -2,7 +2,7 @@
 and alerts written for Triton read tcli unchanged.
 
 Everything is read at scrape time, through the service (`InferenceService.metrics`,
-server/metrics_snapshot.py), from the per model-version statistics (`server/stats.py`) that the
+server/metrics_snapshot.py), from the per model-version statistics (`server/scheduling/stats.py`) that the
 statistics API also serves; nothing on the request path touches a metric. A custom prometheus_client
 collector turns one snapshot of those statistics into metric families; prometheus_client's text
 exposition (format 0.0.4) writes them.
@@ -79,7 +79,7 @@ import psutil
 
 from server.frontends.cache_metrics import per_model_families, whole_cache_families
 from server.frontends.custom_metrics import CustomFamilies, custom_families
-from server.frontends.http_asgi_io import Receive, Scope, Send, lifespan
+from server.frontends.http.asgi_io import Receive, Scope, Send, lifespan
 from server.frontends.latency_metrics import summary_families
 from server.scheduling.latency_summary import MetricsConfig
 

@@ -4,7 +4,7 @@ given value.
 
 A spec is `<group>[,<group>...]:<header>=<value>`; flags repeat, and a group may be restricted by one
 spec only. The groups are Triton's; which endpoint belongs to which is each front end's routing
-(server/frontends/http.py, server/frontends/grpc.py). As in Triton, a header name is matched without
+(server/frontends/http/app.py, server/frontends/grpc.py). As in Triton, a header name is matched without
 regard to case on HTTP; on gRPC the metadata key is `triton-grpc-protocol-<header>` exactly as
 written (clients send keys in lower case, so a key written with capitals never matches); a value
 must match exactly. A refused call is answered before anything else about it is checked: HTTP 403

@@ -442,7 +442,7 @@ class ModelManager:
         self, repository: Repository, folder: ModelFolder, config_override: ModelConfig | None
     ) -> ServedModel:
         from server.repository.validation import validate_model
-        from server.request_checks import RequestRules
+        from server.scheduling.request_checks import RequestRules
 
         fingerprint = repository.fingerprint(folder.name)
         try:

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from server.scheduling.latency_summary import LatencySummaries, Quantiles
-from server.stats import ModelStats
+from server.scheduling.stats import ModelStats
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
     from server.repository.agents.chain import AgentChain
-    from server.request_checks import RequestRules
     from server.scheduling.ensemble import EnsembleSchedule
+    from server.scheduling.request_checks import RequestRules
     from server.scheduling.runner import ModelRunner
 
 

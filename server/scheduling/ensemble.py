@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
     from server.protocol.trace import Trace
-    from server.stats import ModelStats
+    from server.scheduling.stats import ModelStats
 
 Infer = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
 

@@ -45,7 +45,7 @@ from server.protocol.tensors import binary_buffer
 from server.protocol.types import InferenceRequest, InferenceResponse, Tensor
 
 if TYPE_CHECKING:
-    from server.stats import ModelStats
+    from server.scheduling.stats import ModelStats
 
 log = logging.getLogger("tcli.scheduling")
 

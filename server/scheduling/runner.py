@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
     from server.protocol.types import InferenceRequest
     from server.scheduling.rate_limiter import InstanceSlot, RateLimiter
-    from server.stats import ModelStats
+    from server.scheduling.stats import ModelStats
 
 
 # A model runs inline while its executions average (exponentially weighted) under this: a longer

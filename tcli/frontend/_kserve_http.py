@@ -48,8 +48,8 @@ class KServeHttp(Service):
             raise InvalidArgumentError(f"restricted_features: {error}") from None
 
     async def _serve(self, app: Any) -> Any:
-        from server.frontends.http import create_http_app
-        from server.frontends.http_server import serve_http
+        from server.frontends.http.app import create_http_app
+        from server.frontends.http.server import serve_http
 
         settings = app.settings
         frontend = create_http_app(

@@ -28,7 +28,7 @@ class Metrics(Service):
 
     async def _serve(self, app: Any) -> Any:
         from server.backends.python.pb_utils.metric_registry import METRICS
-        from server.frontends.http_server import serve_http
+        from server.frontends.http.server import serve_http
         from server.frontends.metrics import create_metrics_app
 
         settings = app.settings

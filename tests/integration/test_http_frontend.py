@@ -923,7 +923,7 @@ def _comparable(response: httpx.Response) -> Any:
 
 
 # ------------------------------------------------------------------ connection handling on /infer
-# Inference requests take a shorter path than the other routes (server/frontends/http_fast_path.py);
+# Inference requests take a shorter path than the other routes (server/frontends/http/fast_path.py);
 # these check that it keeps HTTP/1.1's connection rules: pipelining in order, Connection: close,
 # HTTP/1.0, a client that leaves before its answer.
 

@@ -1,4 +1,4 @@
-"""tcli's HTTP/1.1 server (server/frontends/http_server.py and the modules it stands on), over real
+"""tcli's HTTP/1.1 server (server/frontends/http/server.py and the modules it stands on), over real
 sockets against a real server on a free port: what a client of any HTTP library would notice.
 The app here is a small ASGI app with the fast path's interface (http_direct.DirectInference), so
 both ways a request can be answered are exercised."""
@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import uvloop
 
-from server.frontends.http_direct import InferHeaders
-from server.frontends.http_limits import ConnectionLimits
-from server.frontends.http_server import HttpServerHandle, serve_http
+from server.frontends.http.direct import InferHeaders
+from server.frontends.http.limits import ConnectionLimits
+from server.frontends.http.server import HttpServerHandle, serve_http
 
 WAIT = 30.0
 

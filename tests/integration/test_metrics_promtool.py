@@ -25,7 +25,7 @@ import httpx
 import numpy as np
 import pytest
 
-from server.frontends.http_server import serve_http
+from server.frontends.http.server import serve_http
 from server.frontends.metrics import CONTENT_TYPE, create_metrics_app
 from server.protocol.errors import TritonError
 from server.protocol.types import InferenceRequest, Tensor

@@ -381,7 +381,7 @@ def test_onnx_implicit_state_with_null_rows(tmp_path: Path) -> None:
 
     from server.backends.base import ModelContext
     from server.scheduling.runner import ModelRunner
-    from server.stats import ModelStats
+    from server.scheduling.stats import ModelStats
 
     pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")

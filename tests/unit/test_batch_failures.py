@@ -25,7 +25,7 @@ from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceRequest, InferenceResponse, Tensor
 from server.scheduling.ensemble import EnsembleSchedule
 from server.scheduling.runner import ModelRunner
-from server.stats import ModelStats
+from server.scheduling.stats import ModelStats
 from tests.unit.test_python_process import make_runner, submit
 from tests.unit.test_python_process_dispatch import Loop
 

@@ -22,8 +22,8 @@ from server.protocol import grpc_codec as codec
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceRequest, InferenceResponse, Tensor
 from server.scheduling.runner import ModelRunner
+from server.scheduling.stats import ModelStats
 from server.scheduling.work import ResponseStream
-from server.stats import ModelStats
 
 WAIT = 30.0
 

@@ -1,4 +1,4 @@
-"""The generate extension's JSON forms (server/frontends/http.py): request bodies to core requests,
+"""The generate extension's JSON forms (server/frontends/http/app.py): request bodies to core requests,
 with the shapes and errors real Triton 2.51 gives, and responses to JSON."""
 
 from __future__ import annotations

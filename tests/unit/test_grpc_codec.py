@@ -24,7 +24,7 @@ from server.protocol.grpc_parameters import model_version
 from server.protocol.messages import ModelConfigResponse, ModelStatisticsResponse
 from server.protocol.tensors import SHM_DISABLED
 from server.protocol.types import InferenceResponse, RequestedOutput, Tensor
-from server.stats import ModelStats
+from server.scheduling.stats import ModelStats
 
 NUMERIC = {
     "BOOL": np.bool_,

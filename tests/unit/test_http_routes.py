@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from server.frontends.http import ROUTES, HttpFrontend
-from server.frontends.http_routes import Route, RouteTable
+from server.frontends.http.app import ROUTES, HttpFrontend
+from server.frontends.http.routes import Route, RouteTable
 from server.protocol.restricted import GROUPS
 
 F = HttpFrontend

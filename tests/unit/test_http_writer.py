@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from server.frontends.http_turns import TurnOrder
-from server.frontends.http_wire import ResponseHead, chunk
-from server.frontends.http_writer import ResponseWriter
+from server.frontends.http.turns import TurnOrder
+from server.frontends.http.wire import ResponseHead, chunk
+from server.frontends.http.writer import ResponseWriter
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
 

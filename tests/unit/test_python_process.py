@@ -29,8 +29,8 @@ from server.backends.python.process_host import ProcessModel
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from server.scheduling.runner import ModelRunner
+from server.scheduling.stats import ModelStats
 from server.scheduling.work import ResponseStream
-from server.stats import ModelStats
 
 WAIT = 60.0
 

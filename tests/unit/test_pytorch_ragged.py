@@ -14,7 +14,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from server.backends.base import ModelContext
 from server.protocol.types import InferenceRequest, InferenceResponse, Tensor
 from server.scheduling.runner import ModelRunner
-from server.stats import ModelStats
+from server.scheduling.stats import ModelStats
 from tests.torch_needed import import_torch
 from tests.unit.test_python_process import submit
 

@@ -13,7 +13,7 @@ import pytest
 from server.config.parse import parse_config_text
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceRequest, RequestedOutput, Tensor
-from server.request_checks import RequestRules
+from server.scheduling.request_checks import RequestRules
 
 ADD_SUB = """
 name: "add_sub"

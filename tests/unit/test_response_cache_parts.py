@@ -19,7 +19,7 @@ from server.scheduling.response_cache import (
     ResponseCache,
     request_key,
 )
-from server.stats import ModelStats
+from server.scheduling.stats import ModelStats
 
 PYTHON_IO = """
 input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]

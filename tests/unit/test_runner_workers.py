@@ -15,7 +15,7 @@ from server.backends.base import ModelContext
 from server.protocol.errors import TritonError
 from server.protocol.types import InferenceRequest, InferenceResponse, Tensor
 from server.scheduling.runner import ModelRunner
-from server.stats import ModelStats
+from server.scheduling.stats import ModelStats
 
 WAIT = 30.0
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 
-from server.frontends.http_turns import TurnOrder
+from server.frontends.http.turns import TurnOrder
 
 # a body this large is not copied into one buffer behind its head: a second write costs little next to it
 COPY_LIMIT = 65536

@@ -10,8 +10,8 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
 
-from server.frontends.http_wire import CONTINUE, ResponseHead, chunk, plain_response
-from server.frontends.http_writer import ResponseWriter
+from server.frontends.http.wire import CONTINUE, ResponseHead, chunk, plain_response
+from server.frontends.http.writer import ResponseWriter
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from server.frontends.http_direct import DirectInference
-from server.frontends.http_limits import ConnectionLimits, sweep
-from server.frontends.http_protocol import HttpProtocol, ServerState
+from server.frontends.http.direct import DirectInference
+from server.frontends.http.limits import ConnectionLimits, sweep
+from server.frontends.http.protocol import HttpProtocol, ServerState
 
 GRACEFUL_SHUTDOWN_TIMEOUT = 10.0  # seconds shutdown waits for requests in flight
 

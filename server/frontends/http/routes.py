@@ -2,7 +2,7 @@
 matches (a regular expression whose groups are the route's parameters), the front end's handler and
 the restricted-API group (--http-restricted-api) it belongs to. `RouteTable` matches a path against
 every route at once, with one regular expression; the first route listed wins. The table itself is
-`ROUTES` in server/frontends/http.py, beside the handlers it names."""
+`ROUTES` in server/frontends/http/app.py, beside the handlers it names."""
 
 from __future__ import annotations
 

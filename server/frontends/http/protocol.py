@@ -23,13 +23,13 @@ from urllib.parse import unquote
 
 import httptools
 
-from server.frontends.http_asgi_cycle import BODY_HIGH_WATER, ASGIApp, AsgiCycle
-from server.frontends.http_direct import DirectInference
-from server.frontends.http_fast_path import FastCycle, fast_cycle, fast_response
-from server.frontends.http_limits import ConnectionLimits
-from server.frontends.http_turns import TurnOrder
-from server.frontends.http_wire import plain_response
-from server.frontends.http_writer import ResponseWriter
+from server.frontends.http.asgi_cycle import BODY_HIGH_WATER, ASGIApp, AsgiCycle
+from server.frontends.http.direct import DirectInference
+from server.frontends.http.fast_path import FastCycle, fast_cycle, fast_response
+from server.frontends.http.limits import ConnectionLimits
+from server.frontends.http.turns import TurnOrder
+from server.frontends.http.wire import plain_response
+from server.frontends.http.writer import ResponseWriter
 from server.protocol.trace import HTTP_SEND_END, HTTP_SEND_START
 
 log = logging.getLogger("tcli.server.http")

@@ -1,12 +1,12 @@
 """Restricted HTTP APIs (tritonserver --http-restricted-api): the check a route of a restricted group
 makes before anything else (server/protocol/restricted.py). Each route names its group in the route
-table of server/frontends/http.py, as in Triton's HTTP server."""
+table of server/frontends/http/app.py, as in Triton's HTTP server."""
 
 from __future__ import annotations
 
 import orjson
 
-from server.frontends.http_direct import carries
+from server.frontends.http.direct import carries
 from server.protocol.restricted import Restrictions, http_refusal
 
 

@@ -1,12 +1,12 @@
 """The KServe v2 REST front end with Triton's extensions: a raw ASGI app over InferenceService, served by
-tcli's HTTP/1.1 server (server/frontends/http_server.py, httptools on uvloop), JSON by orjson.
+tcli's HTTP/1.1 server (server/frontends/http/server.py, httptools on uvloop), JSON by orjson.
 
 Routes, methods and answers follow Triton's HTTP server (server/src/http_server.cc). They are the table
-`ROUTES` at the end of this module (`Route`, server/frontends/http_routes.py): each names its methods,
+`ROUTES` at the end of this module (`Route`, server/frontends/http/routes.py): each names its methods,
 its path, its handler below and its restricted-API group. A path no route matches is 404
 {"error":"Not Found"}; a route's path with another method is 405 {"error":"Method Not Allowed"}. A
 route of a group --http-restricted-api restricts answers 403 before anything else to a request
-without the group's header (server/frontends/http_restricted.py).
+without the group's header (server/frontends/http/restricted.py).
 Errors are {"error": message} with the HTTP status of the error's code (`_error_answer`).
 Inference request bodies may be gzip/deflate compressed; inference responses are compressed when the
 client's Accept-Encoding asks for it (Triton compresses nothing else).
@@ -25,7 +25,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from server.frontends.http_asgi_io import (
+from server.frontends.http.asgi_io import (
     JSON,
     Disconnected,
     Receive,
@@ -38,10 +38,10 @@ from server.frontends.http_asgi_io import (
     respond,
     unless_disconnected,
 )
-from server.frontends.http_content import compress, decompress, response_encoding, too_large
-from server.frontends.http_direct import InferHeaders
-from server.frontends.http_restricted import HttpRestrictions, Refused
-from server.frontends.http_routes import Route, RouteTable
+from server.frontends.http.content import compress, decompress, response_encoding, too_large
+from server.frontends.http.direct import InferHeaders
+from server.frontends.http.restricted import HttpRestrictions, Refused
+from server.frontends.http.routes import Route, RouteTable
 from server.protocol import json_messages
 from server.protocol.errors import ErrorCode, TritonError, invalid_arg, unavailable, unsupported
 from server.protocol.generate_codec import GENERATE_ONE_RESPONSE, decode_generate, encode_generate

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import time
 
-from server.frontends.http_direct import DirectInference, InferHeaders, carries
-from server.frontends.http_wire import HEAD_END, STATUS_LINE
-from server.frontends.http_writer import COPY_LIMIT
+from server.frontends.http.direct import DirectInference, InferHeaders, carries
+from server.frontends.http.wire import HEAD_END, STATUS_LINE
+from server.frontends.http.writer import COPY_LIMIT
 
 # the fast path's bodies are gathered in memory before anything is answered; larger ones stream
 # through ASGI, which answers an oversized body before it has arrived

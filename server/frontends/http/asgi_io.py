@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, TypeVar
 
-from server.frontends.http_content import too_large
+from server.frontends.http.content import too_large
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
