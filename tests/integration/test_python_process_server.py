@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import queue
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -300,3 +302,37 @@ def test_http_unload_ends_the_processes_and_frees_shared_memory(http_server: Run
                 os.kill(pid, 0)
     finally:
         client.close()
+
+
+# run in an interpreter of its own: multiprocessing makes its socket folder once per process
+LONG_TMPDIR_SCRIPT = """
+import sys
+
+import numpy as np
+
+import tcli.inprocess as tritonserver
+
+options = dict(model_control_mode=tritonserver.ModelControlMode.EXPLICIT, startup_models=["add_sub"])
+with tritonserver.Server(model_repository=sys.argv[1], **options) as server:
+    inputs = {"INPUT0": np.arange(4, dtype=np.float32), "INPUT1": np.ones(4, dtype=np.float32)}
+    (response,) = list(server.model("add_sub").infer(inputs=inputs))
+    print(np.from_dlpack(response.outputs["OUTPUT0"]).tolist())
+"""
+
+
+def test_instance_processes_start_under_a_deep_tmpdir(tmp_path: Path) -> None:
+    # Triton's chart gives the server a scratch volume as TMPDIR; mounted deep, the zygote's socket
+    # path under it would pass a Unix socket's 107 bytes
+    deep = tmp_path / ("scratch-" + "d" * 100)
+    deep.mkdir()
+    repository = Path(__file__).resolve().parents[2] / "model_repository"
+    done = subprocess.run(
+        [sys.executable, "-c", LONG_TMPDIR_SCRIPT, str(repository)],
+        env={**os.environ, "TMPDIR": str(deep)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[1.0, 2.0, 3.0, 4.0]"
+    assert list(deep.iterdir()) == []  # nothing of multiprocessing's was left there

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.util
 import os
 import signal
 import sys
+import tempfile
 import threading
 import types
 from collections.abc import Iterator
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from multiprocessing.context import ForkServerContext
 
 _start_lock = threading.Lock()
+_temp_dir_lock = threading.Lock()
 # what every instance process needs, imported once in the zygote
 _PRELOAD = ["numpy", "server.backends.python.process_worker"]
 
@@ -35,7 +38,30 @@ def instance_context() -> ForkServerContext:
     """The multiprocessing context that starts instance processes: the preloaded zygote."""
     context: ForkServerContext = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(_PRELOAD)
+    _short_socket_folder()
     return context
+
+
+# A Unix socket's path holds 107 bytes; multiprocessing puts the zygote's socket at
+# <temp dir>/pymp-XXXXXXXX/listener-XXXXXXXX, 32 bytes past the temp dir
+_SOCKET_PATH_MAX, _SOCKET_SUFFIX = 107, 32
+
+
+def _short_socket_folder() -> None:
+    """A long TMPDIR (a scratch volume mounted deep, a test's own folder) would make the zygote's
+    socket path too long for a Unix socket, and every instance process would fail to start with
+    "AF_UNIX path too long" (Triton's stubs talk through /dev/shm and never meet it). Then
+    multiprocessing's folder alone goes to /tmp: it is made once per process, so it is made here,
+    before the zygote starts, with /tmp as the temp dir for that one call."""
+    if len(os.fsencode(tempfile.gettempdir())) + _SOCKET_SUFFIX <= _SOCKET_PATH_MAX:
+        return
+    with _temp_dir_lock:
+        saved = tempfile.tempdir
+        tempfile.tempdir = "/tmp"
+        try:
+            multiprocessing.util.get_temp_dir()
+        finally:
+            tempfile.tempdir = saved
 
 
 def server_state() -> tuple[dict[str, str], str]:
