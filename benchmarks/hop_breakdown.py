@@ -24,7 +24,6 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,10 +134,9 @@ def measure(requests: int, gap_us: float) -> Breakdown:
     os.close(from_pacer)
     os.close(from_instance)
     woken: list[tuple[int, ...]] = []
-    read: Callable[[int, int], bytes] = os.read
     for index in range(total):
         began = time.thread_time_ns()
-        data = read(to_instance, 1 << 16)
+        data = os.read(to_instance, 1 << 16)
         arrived = time.thread_time_ns()
         decode, execute, encode, done = _handle(model, bytearray(data))
         written = time.thread_time_ns()

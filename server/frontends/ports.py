@@ -70,10 +70,11 @@ def port_problem(listeners: list[Listener]) -> str | None:
     taken = []
     for listener in listeners:
         problem = bind_problem(listener)
-        if problem is not None and not problem.taken:  # an address not on this machine, a privileged port
+        if problem is None:
+            continue
+        if not problem.taken:  # an address not on this machine, a privileged port
             return f"{listener.flag} {listener.port} on {listener.address}: cannot listen there ({problem.reason})"
-        if problem is not None:
-            taken.append(listener)
+        taken.append(listener)
     if not taken:
         return None
     named = [f"{listener.flag} {listener.port}" for listener in taken]

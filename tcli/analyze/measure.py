@@ -44,6 +44,15 @@ class InputOptions:
     string_data: str | None = None
     composing: bool = False  # a composing model: --shape options naming other models' inputs are dropped
 
+    @property
+    def generated(self) -> str:
+        """The data a composing model gets: its inputs are not the top model's, so a JSON file
+        written for those gives way to random data."""
+        return self.input_data if self.input_data in ("random", "zero") else "random"
+
+    def for_composing(self) -> InputOptions:
+        return InputOptions(self.shapes, self.generated, self.string_length, self.string_data, composing=True)
+
 
 @dataclass
 class MeasureOptions:

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from tcli.commands.input_options import InputData, Shape, StringData, StringLength
 from tcli.errors import CliError
 from tcli.help import HelpCommand
-
-if TYPE_CHECKING:
-    from tcli.analyze.session import Session
 
 app = typer.Typer()
 
@@ -188,17 +186,10 @@ def analyze(
         ),
     ] = 10.0,
     max_trials: Annotated[int, typer.Option("--max-trials", "-r", help="Windows per level at most.")] = 6,
-    shape: Annotated[
-        list[str] | None,
-        typer.Option("--shape", help="NAME:d1,d2,... for inputs with variable dimensions (no batch dim)."),
-    ] = None,
-    input_data: Annotated[
-        str, typer.Option("--input-data", help="random, zero, or a JSON file in perf_analyzer's format.")
-    ] = "random",
-    string_length: Annotated[int, typer.Option("--string-length", help="Length of random strings.")] = 128,
-    string_data: Annotated[
-        str | None, typer.Option("--string-data", help="Use this string for every string element.")
-    ] = None,
+    shape: Shape = None,
+    input_data: InputData = "random",
+    string_length: StringLength = 128,
+    string_data: StringData = None,
     output_format: Annotated[Format, typer.Option("--format", help="table, json or csv.")] = Format.table,
     plot: Annotated[
         Path | None,
@@ -242,6 +233,7 @@ def analyze(
     from server.backends.devices import visible_gpu_count
     from tcli.analyze.measure import InputOptions, MeasureOptions
     from tcli.analyze.results import Constraints
+    from tcli.analyze.run import run
     from tcli.analyze.session import Plan, Session
     from tcli.analyze.space import Bounds
 
@@ -337,7 +329,7 @@ def analyze(
     err = Console(stderr=True)
     session = Session(plan, console, err)
     try:
-        _run(session, url, protocol.value)
+        run(session, url, protocol.value)
     except KeyboardInterrupt:
         saved = session.checkpoint.path if session.checkpoint is not None else None
         where = (
@@ -346,102 +338,3 @@ def analyze(
             else ""
         )
         raise CliError(f"interrupted{where}", INTERRUPTED_EXIT) from None
-
-
-def _run(session: Session, url: str | None, protocol: str) -> None:
-    from tcli.analyze.composing import composing_models
-    from tcli.analyze.measure import (
-        InProcessTarget,
-        InputOptions,
-        RemoteTarget,
-        Target,
-        backend_of,
-        start_inprocess,
-    )
-    from tcli.analyze.outputs import copy_model
-
-    plan = session.plan
-    repository = plan.repository
-    server = start_inprocess(repository) if url is None and repository is not None else None
-
-    def target_for(name: str, inputs: InputOptions | None = None) -> Target:
-        chosen = inputs if inputs is not None else plan.inputs
-        if server is not None and repository is not None:
-            return InProcessTarget(server, repository, name, chosen)
-        assert url is not None
-        return RemoteTarget(url, protocol, name, chosen)
-
-    top: Target | None = None
-    try:
-        top = target_for(plan.model)
-        completed = top.completed_config()
-        backend = backend_of(completed)
-        folder = plan.repository / plan.model if plan.repository is not None else None
-        names = composing_models(completed, backend, folder, plan.repository)
-        if names:
-            kind = (
-                "an ensemble" if backend == "ensemble" or completed.platform == "ensemble" else "a BLS model"
-            )
-            session.say(
-                f"model '{plan.model}' is {kind}: tcli analyze measures its composing models one by one, each "
-                f"on its own with {plan.inputs.input_data if plan.inputs.input_data in ('random', 'zero') else 'random'} "
-                f"inputs: {', '.join(names)}"
-            )
-        else:
-            top.check()
-            names = [plan.model]
-        signature = {
-            "model": plan.model,
-            "where": plan.where,
-            "mode": plan.mode,
-            "measure": plan.measure.signature(),
-            "constraints": [
-                plan.constraints.latency_budget_ms,
-                plan.constraints.min_throughput,
-                plan.constraints.objective,
-            ],
-            "bounds": repr(plan.bounds),
-            "inputs": repr(plan.inputs),
-        }
-        session.checkpoint = session.open_checkpoint(signature)
-        failures: list[str] = []
-        results = []
-        for name in names:
-            if name == plan.model:
-                target = top
-            else:
-                own_inputs = InputOptions(
-                    plan.inputs.shapes,
-                    plan.inputs.input_data if plan.inputs.input_data in ("random", "zero") else "random",
-                    plan.inputs.string_length,
-                    plan.inputs.string_data,
-                    composing=True,
-                )
-                target = target_for(name, own_inputs)
-                target.check()
-            try:
-                result = session.analyze(target, name)
-            finally:
-                if target is not top:
-                    target.close()
-            results.append(result)
-            plot = plan.plot
-            if plot is not None and len(names) > 1:
-                plot = plot.with_name(f"{plot.stem}.{name}{plot.suffix or '.png'}")
-            session.report(result, plot)
-            if result.best is None:
-                failures.append(session.miss_message(result))
-        if failures:
-            raise CliError("; ".join(failures))
-        if plan.output_dir is not None:
-            for result in results:
-                source = plan.repository / result.name if plan.repository is not None else None
-                session.write_best(result, source if source is not None and source.is_dir() else None)
-            if names != [plan.model] and plan.repository is not None:
-                copy_model(plan.output_dir, plan.repository / plan.model, plan.link)
-                session.say(f"copied {plan.model} unchanged beside its composing models")
-    finally:
-        if top is not None:
-            top.close()
-        if server is not None:
-            server.stop()

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from tcli.commands.input_options import InputData, Shape, StringData, StringLength
 from tcli.commands.tls_options import current_tls, with_tls
 from tcli.errors import CliError
 from tcli.help import HelpCommand
@@ -117,17 +118,10 @@ def perf(
             help="gRPC only: send over ModelStreamInfer, one bidirectional stream per request in flight.",
         ),
     ] = False,
-    shape: Annotated[
-        list[str] | None,
-        typer.Option("--shape", help="NAME:d1,d2,... for inputs with variable dimensions (no batch dim)."),
-    ] = None,
-    input_data: Annotated[
-        str, typer.Option("--input-data", help="random, zero, or a JSON file in perf_analyzer's format.")
-    ] = "random",
-    string_length: Annotated[int, typer.Option("--string-length", help="Length of random strings.")] = 128,
-    string_data: Annotated[
-        str | None, typer.Option("--string-data", help="Use this string for every string element.")
-    ] = None,
+    shape: Shape = None,
+    input_data: InputData = "random",
+    string_length: StringLength = 128,
+    string_data: StringData = None,
     measurement_interval: Annotated[
         int, typer.Option("--measurement-interval", "-p", help="Measurement window, in msec.")
     ] = 5000,

@@ -150,4 +150,3 @@ def test_hop_breakdown_times_a_real_add_sub_request_woken_and_hot(monkeypatch: p
     result = hop_breakdown.measure(40, 50.0)  # a pacer process wakes it 40 times (after a warm-up)
     assert set(result.woken) == set(result.hot) == set(hop_breakdown.STEPS)
     assert result.woken["execute"] > 0 and result.hot["execute"] > 0
-    assert result.hot["read"] == result.hot["write"] == 0  # the hot loop has no pipe
