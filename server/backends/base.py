@@ -107,6 +107,16 @@ class ModelError(TritonError):
         self.logged = False  # set by whoever logs it (it may reach several requests one by one)
 
 
+class DependencyMissing(TritonError):
+    """A model's code imports a package this machine does not have (`module`, e.g. transformers): the
+    model itself may be sound. Serving fails it as any import error; `tcli repo validate`, which often
+    runs on a CI runner without the serving image's packages, makes it a warning unless asked not to."""
+
+    def __init__(self, message: str, module: str) -> None:
+        super().__init__(ErrorCode.INTERNAL, message)
+        self.module = module
+
+
 class FileFindings(Protocol):
     """Where a backend's check of a model file against its config reports (validation's findings,
     server/config/validate.py): a message worded as Triton's, a fix, and the config.pbtxt field."""

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from server.backends.base import DEFAULT_BACKEND_DIRECTORY
+from server.backends.base import DEFAULT_BACKEND_DIRECTORY, DependencyMissing
 from server.config import backends
 from server.config.batch_io_rules import check_batch_io
 from server.config.environment_rules import check_execution_env
@@ -31,9 +31,11 @@ def validate_repositories(
     gpu_count: int = 0,
     on_model: Callable[[str], None] | None = None,
     backend_directory: Path = DEFAULT_BACKEND_DIRECTORY,
+    require_imports: bool = True,
 ) -> RepositoryReport:
     """`on_model` is called with each model's name before it is checked (for progress displays);
-    `backend_directory` is --backend-directory."""
+    `backend_directory` is --backend-directory; `require_imports`: a model whose code imports a
+    package missing here is an error (else a warning, see validate_model)."""
     report = RepositoryReport(list(repositories))
     folders: list[ModelFolder] = []
     for repository in repositories:
@@ -48,7 +50,11 @@ def validate_repositories(
         if on_model:
             on_model(folder.name)
         model = validate_model(
-            folder, auto_complete=auto_complete, gpu_count=gpu_count, backend_directory=backend_directory
+            folder,
+            auto_complete=auto_complete,
+            gpu_count=gpu_count,
+            backend_directory=backend_directory,
+            require_imports=require_imports,
         )
         if folder.name in seen:
             model.problems.append(
@@ -74,9 +80,12 @@ def validate_model(
     config_override: ModelConfig | None = None,
     backend_config: Mapping[str, Mapping[str, str]] | None = None,
     backend_directory: Path = DEFAULT_BACKEND_DIRECTORY,
+    require_imports: bool = True,
 ) -> ModelReport:
     """Check one model; `config_override` stands in for config.pbtxt (the load API's config);
-    `backend_config` is --backend-config by backend, `backend_directory` --backend-directory."""
+    `backend_config` is --backend-config by backend, `backend_directory` --backend-directory.
+    Without `require_imports`, model code that imports a package this machine lacks is a warning
+    (a CI runner seldom has the serving image's packages) and the config is checked as written."""
     report = ModelReport(folder.name, folder.path, folder.versions)
     found = Findings(folder.name, None, report.problems)
     raw = config_override if config_override is not None else _read(folder, found)
@@ -88,9 +97,17 @@ def validate_model(
     try:
         config = _complete(raw, folder, auto_complete, gpu_count, backend_config, backend_directory)
     except TritonError as exc:
-        found.error(
-            exc.message, _completion_fix(exc.message), ("platform",) if "backend" in exc.message else ()
-        )
+        if isinstance(exc, DependencyMissing) and not require_imports:
+            found.warning(
+                f"{exc.message} (not installed where this check runs)",
+                f"install {exc.module} here, or give the model an EXECUTION_ENV_PATH that has it, to "
+                "check its code too; add --require-imports where the serving image's packages are "
+                "installed. The config was checked as written",
+            )
+        else:
+            found.error(
+                exc.message, _completion_fix(exc.message), ("platform",) if "backend" in exc.message else ()
+            )
         if auto_complete:
             # the model file could not complete the config: still check the config as written
             try:

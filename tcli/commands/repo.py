@@ -78,6 +78,14 @@ def validate(
     backend_directory: Annotated[
         Path, typer.Option(help="Folder of Python-based backends, as tcli serve --backend-directory.")
     ] = Path("/opt/tritonserver/backends"),
+    require_imports: Annotated[
+        bool,
+        typer.Option(
+            "--require-imports",
+            help="A model.py importing a package not installed here is an error, not a warning "
+            "(for checks run inside the serving image).",
+        ),
+    ] = False,
 ) -> None:
     """Check every model as Triton would when loading it, plus what Triton finds only at run time.
 
@@ -101,10 +109,14 @@ def validate(
                     auto_complete=not disable_auto_complete_config,
                     on_model=lambda name: status.update(f"checking [bold]{name}[/]…"),
                     backend_directory=backend_directory,
+                    require_imports=require_imports,
                 )
         else:
             report = validate_repositories(
-                repos, auto_complete=not disable_auto_complete_config, backend_directory=backend_directory
+                repos,
+                auto_complete=not disable_auto_complete_config,
+                backend_directory=backend_directory,
+                require_imports=require_imports,
             )
         report.repositories = [copy.label for copy in copies]
         report.problems[:0] = [

@@ -59,6 +59,38 @@ def test_warnings_fail_only_with_strict(tmp_path: Path, tcli) -> None:  # type: 
     assert "no GPU is visible" in strict.stdout
 
 
+def _python_model(repository: Path, name: str, source: str) -> None:
+    add_python_add_sub(repository, name=name)
+    (repository / name / "1" / "model.py").write_text(source)
+
+
+def test_a_package_missing_here_is_a_warning_and_a_broken_model_an_error(tmp_path: Path, tcli) -> None:  # type: ignore[no-untyped-def]
+    # a CI runner lacks the serving image's packages: the model is not broken for that
+    _python_model(tmp_path, "needs_pkg", "import tcli_no_such_package\nclass TritonPythonModel:\n    pass\n")
+    result = tcli("repo", "validate", str(tmp_path))
+    assert result.returncode == 0, result.stdout
+    assert "warning" in result.stdout and "No module named 'tcli_no_such_package'" in result.stdout
+    assert "install tcli_no_such_package here" in result.stdout
+    # inside the serving image the user asks for imports to succeed
+    required = tcli("repo", "validate", str(tmp_path), "--require-imports")
+    assert required.returncode == 1
+    assert "error" in required.stdout and "tcli_no_such_package" in required.stdout
+    # the rest of the config is still checked: a bad config is an error beside the warning
+    config = tmp_path / "needs_pkg" / "config.pbtxt"
+    config.write_text(config.read_text().replace("max_batch_size: 8", "max_batch_size: -1"))
+    assert tcli("repo", "validate", str(tmp_path)).returncode == 1
+    # a model.py that is itself broken, or misses its own helper file, stays an error
+    broken = tmp_path / "broken"
+    _python_model(broken, "syntax", "class TritonPythonModel(:\n")
+    result = tcli("repo", "validate", str(broken))
+    assert result.returncode == 1 and "SyntaxError" in result.stdout
+    helper = tmp_path / "helper"
+    _python_model(helper, "uses_helper", "from helper_mod import f\nclass TritonPythonModel:\n    pass\n")
+    (helper / "uses_helper" / "1" / "helper_mod.py").write_text("import math\n")
+    result = tcli("repo", "validate", str(helper))
+    assert result.returncode == 1 and "ImportError" in result.stdout
+
+
 def test_missing_repository_is_one_line_without_traceback(tmp_path: Path, tcli) -> None:  # type: ignore[no-untyped-def]
     result = tcli("repo", "validate", str(tmp_path / "nope"))
     assert result.returncode == 1

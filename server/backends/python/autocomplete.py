@@ -12,7 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from server.backends.base import DependencyMissing
 from server.protocol.errors import ErrorCode, TritonError
+
+_PB_UTILS_NAME = "triton_python_backend_utils"
 
 
 class _ModelProblem(Exception):
@@ -75,11 +78,26 @@ def complete_by_model(
             return _json_round_trip(model_config)
     except _ModelProblem as e:
         raise TritonError(ErrorCode.INTERNAL, f"{where}: {e}") from None
+    except ModuleNotFoundError as e:
+        if e.name and not _own_module(e.name, model_file, python_based):
+            raise DependencyMissing(f"{where}: {_one_line(e)}", e.name.partition(".")[0]) from None
+        raise TritonError(ErrorCode.INTERNAL, f"{where}: {_one_line(e)}") from None
     except (Exception, SystemExit) as e:
         raise TritonError(ErrorCode.INTERNAL, f"{where}: {_one_line(e)}") from None
     finally:
         if module is not None:
             forget_module(module, scan=False)
+
+
+def _own_module(name: str, model_file: Path, python_based: bool) -> bool:
+    """Whether the module the model failed to import would be one of the model's own files (a missing
+    helper is a broken model; a missing package is a machine without the model's dependencies)."""
+    top = name.partition(".")[0]
+    version_dir = model_file.resolve().parent
+    folders = (version_dir,) if python_based else (version_dir, version_dir.parent)
+    return top == _PB_UTILS_NAME or any(
+        (folder / top).is_dir() or (folder / f"{top}.py").is_file() for folder in folders
+    )
 
 
 def _pb_utils() -> Any:
