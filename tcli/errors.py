@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 
@@ -11,6 +13,18 @@ class CliError(Exception):
         super().__init__(message)
         self.message = message
         self.exit_code = exit_code
+
+
+def check_writable(path: Path, flag: str) -> None:
+    """Fail now, before minutes of work, when `path` (an output file given with `flag`) cannot be
+    written: its folder missing or read-only, or the path a folder. Nothing is created."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise CliError(f"{flag} {path}: is a folder; give a file path")
+    if not folder.is_dir():
+        raise CliError(f"{flag} {path}: folder {folder} does not exist; create it or give another path")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise CliError(f"{flag} {path}: not writable; give a path you can write to")
 
 
 def exit_with(message: str, code: int) -> NoReturn:

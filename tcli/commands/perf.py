@@ -4,6 +4,7 @@ against any Triton-compatible server (tcli's or Triton itself), over HTTP or gRP
 from __future__ import annotations
 
 import enum
+import importlib.util
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,7 +12,7 @@ import typer
 
 from tcli.commands.input_options import InputData, Shape, StringData, StringLength
 from tcli.commands.tls_options import current_tls, with_tls
-from tcli.errors import CliError
+from tcli.errors import CliError, check_writable
 from tcli.help import HelpCommand
 
 app = typer.Typer(rich_markup_mode=None)
@@ -229,6 +230,13 @@ def perf(
         raise CliError("can not use streaming with synchronous API (drop --sync)")
     extra_headers = [_header(h) for h in headers or []]
     id_start, id_end = _sequence_ids(sequence_id_range)
+    # outputs are checked before measuring: a bad path found after minutes of work loses them
+    if filename is not None:
+        check_writable(filename, "-f")
+    if plot is not None:
+        check_writable(plot, "--plot")
+        if importlib.util.find_spec("matplotlib") is None:
+            raise CliError("--plot needs matplotlib: pip install 'tcli[plot]'")
 
     tls = current_tls()
     info, server_has_stats, read_stats = read_model(model_name, model_version, protocol.value, url, tls)

@@ -292,6 +292,26 @@ def test_unreachable_server_is_one_line() -> None:
     assert done.stderr.count("\n") == 1 and "cannot reach" in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize(
+    ("flag", "where", "expected"),
+    [
+        ("-f", "missing/out.csv", "does not exist"),
+        ("--plot", "missing/chart.png", "does not exist"),
+        ("-f", ".", "is a folder"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_measuring(
+    tmp_path: Path, flag: str, where: str, expected: str
+) -> None:
+    # no server at all: the path is checked before the model is even asked for
+    done = run_tcli(
+        "perf", "-m", "simple", "-u", f"localhost:{_free_port()}", flag, str(tmp_path / where), *FAST
+    )
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
+    assert not (tmp_path / "missing").exists()
+
+
 def _shape_of(text: str) -> list[str]:
     """The output with every number replaced: what must match perf_analyzer line for line."""
     return [re.sub(r"\d+(\.\d+)?(e[+-]\d+)?", "N", line) for line in text.splitlines()]
