@@ -44,6 +44,7 @@ EXTRAS := torch,test
 # exactly what the ranges resolve to today. $(VENV)/versions.txt lists what was installed.
 $(STAMP): pyproject.toml
 	@[ -n "$(PYTHON_EXE)" ] || { echo "$(PYTHON): no such Python (supported: 3.11 to 3.13)"; exit 1; }
+	@echo "installing tcli and its dependencies into $(VENV) (a minute or two the first time)"
 	$(PYTHON_EXE) -m venv --clear $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip 'uv>=0.9,<0.14'
 	@# torch's CPU build first: a plain `torch` requirement would pull a multi-GB CUDA build. On these
@@ -62,7 +63,8 @@ $(STAMP): pyproject.toml
 	@# --compile-bytecode: uv, unlike pip, installs no .pyc files, and where PYTHONDONTWRITEBYTECODE is
 	@# set (as on the project's machines) every process would compile each module it imports from
 	@# source: twice the CPU for each `tcli` command's start-up and each server the tests start
-	$(BIN)/uv pip install --quiet --python $(BIN)/python --resolution $(RESOLUTION) --compile-bytecode \
+	@# not --quiet: uv's own progress (resolving, downloading, installing) is the sign of life
+	$(BIN)/uv pip install --python $(BIN)/python --resolution $(RESOLUTION) --compile-bytecode \
 	  --excludes $(VENV)/uv-excludes.txt -C editable_mode=compat -e '.[$(EXTRAS)]'
 	$(BIN)/uv pip freeze --quiet --python $(BIN)/python --exclude-editable > $(VENV)/versions.txt
 	touch $(STAMP)
