@@ -9,7 +9,8 @@ if TYPE_CHECKING:
 
 
 def to_pbtxt(config: ModelConfig) -> str:
-    """Canonical text format: fields in schema order, two-space indent, as protobuf prints it."""
+    """Canonical text format: fields in schema order at the left margin, nested fields two spaces in, as
+    protobuf prints it (its `indent` argument would shift every line, the top level too)."""
     from google.protobuf import text_format
 
-    return text_format.MessageToString(config, indent=2)
+    return text_format.MessageToString(config)

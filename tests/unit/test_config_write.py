@@ -20,6 +20,9 @@ def test_every_example_config_round_trips_through_canonical_pbtxt() -> None:
         text = to_pbtxt(config)
         assert parse_config_text(text, path) == config, path
         assert to_pbtxt(parse_config_text(text, path)) == text  # canonical: writing again changes nothing
+        # as a user writes one: top-level fields at the margin, nested ones two spaces in
+        lines = text.splitlines()
+        assert lines[0].startswith("name: ") and "  name: " in text, path
 
 
 def test_json_form_writes_int64_fields_as_numbers() -> None:
