@@ -64,8 +64,10 @@ class Candidate:
         return "-".join(parts)
 
     def label(self) -> str:
-        """How a table shows it: '2 x batch 8, dynamic (delay 100 µs), in-server'."""
-        text = f"{self.instance_count} x batch {self.max_batch_size}"
+        """How a table shows it: '2 x batch 8, dynamic (delay 100 µs), in-server'; a model that
+        cannot batch (max_batch_size 0) is '2 x no batching'."""
+        batch = f"batch {self.max_batch_size}" if self.max_batch_size else "no batching"
+        text = f"{self.instance_count} x {batch}"
         if self.dynamic_batching:
             extras = []
             if self.preferred_max:

@@ -51,6 +51,9 @@ def test_a_model_that_does_not_batch_stays_at_zero() -> None:
     )
     assert space.values["max_batch_size"] == [0]
     assert all(not c.dynamic_batching for c in space.candidates())
+    # its configs are labelled as what they are, not "batch 0"
+    assert all(c.label().startswith(f"{c.instance_count} x no batching") for c in space.candidates())
+    assert not any("batch 0" in c.label() for c in space.candidates())
 
 
 def test_onnxruntime_threads_are_a_dimension() -> None:
