@@ -27,6 +27,15 @@ def check_writable(path: Path, flag: str) -> None:
         raise CliError(f"{flag} {path}: not writable; give a path you can write to")
 
 
+def unknown_model(model: str, known: list[str]) -> str:
+    """One wording, for every command, of a model the server does not have, with its closest names."""
+    import difflib
+
+    close = difflib.get_close_matches(model, sorted(set(known)), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    return f"model '{model}' is not in the server's repositories: {hint}see `tcli model list`"
+
+
 def exit_with(message: str, code: int) -> NoReturn:
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(code)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tcli.commands.tls_options import current_tls, with_tls
-from tcli.errors import CliError
+from tcli.errors import CliError, unknown_model
 from tcli.help import HelpCommand
 
 if TYPE_CHECKING:
@@ -81,21 +81,42 @@ def list_models(url: Url = None, protocol: Proto = Protocol.http, format: Fmt = 
 
 @app.command(cls=HelpCommand)
 @with_tls
-def status(model: str, url: Url = None, protocol: Proto = Protocol.http, format: Fmt = Format.table) -> None:
-    """Is the model ready, which versions are loaded, and why a version is not."""
+def status(
+    model: Annotated[str | None, typer.Argument(help="A model (default: every model)")] = None,
+    url: Url = None,
+    protocol: Proto = Protocol.http,
+    format: Fmt = Format.table,
+) -> None:
+    """Is the model ready, which versions are loaded, and why a version is not; every model's when
+    none is named."""
     from tcli import render
 
     with _client(url, protocol) as client:
-        rows = [r for r in _call(client.repository_index) if r.get("name") == model]
-        if not rows:
-            raise CliError(f"model '{model}' is not in the server's repositories: see `tcli model list`")
-        ready = _call(client.is_model_ready, model)
+        index = _call(client.repository_index)
+        names = list(dict.fromkeys(r.get("name", "") for r in index)) if model is None else [model]
+        if model is not None and model not in names_of(index):
+            raise CliError(unknown_model(model, names_of(index)))
+        ready = {name: _call(client.is_model_ready, name) for name in names}
     if format == Format.json:
-        _print_json({"name": model, "ready": ready, "versions": rows})
-    else:
+        statuses = [
+            {"name": name, "ready": ready[name], "versions": [r for r in index if r.get("name") == name]}
+            for name in names
+        ]
+        _print_json(statuses[0] if model is not None else statuses)
+    elif model is not None:
         render.print_table(
-            render.model_index_table(rows, title=f"{model}: {'READY' if ready else 'NOT READY'}")
+            render.model_index_table(
+                [r for r in index if r.get("name") == model],
+                title=f"{model}: {'READY' if ready[model] else 'NOT READY'}",
+            )
         )
+    else:
+        count = sum(ready.values())
+        render.print_table(render.model_index_table(index, title=f"{count} of {len(names)} models ready"))
+
+
+def names_of(index: list[dict[str, Any]]) -> list[str]:
+    return [str(r.get("name", "")) for r in index]
 
 
 @app.command(cls=HelpCommand)
@@ -109,9 +130,19 @@ def load(
     protocol: Proto = Protocol.http,
 ) -> None:
     """Load or reload a model (the server must run with --model-control-mode explicit)."""
+    from tcli.client.types import ClientError
+
     override = _config_override(config) if config else None
     with _client(url, protocol) as client:
-        _call(client.load_model, model, override)
+        try:
+            client.load_model(model, override)
+        except ClientError as exc:
+            if "failed to poll from model repository" not in exc.message or override is not None:
+                raise CliError(exc.message) from None
+            known = names_of(_call(client.repository_index))
+            if model in known:  # there, but it failed: the message says why
+                raise CliError(exc.message) from None
+            raise CliError(f"{exc.message}; {unknown_model(model, known)}") from None
     print(f"loaded '{model}'")
 
 

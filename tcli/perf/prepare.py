@@ -11,7 +11,7 @@ from typing import Any
 from tcli.client import connect
 from tcli.client.tls import ClientTls
 from tcli.client.types import ClientError
-from tcli.errors import CliError
+from tcli.errors import CliError, unknown_model
 from tcli.perf.data import from_json_file, synthetic
 from tcli.perf.encode import build_load_spec
 from tcli.perf.model import model_info, resolve_shapes
@@ -36,7 +36,7 @@ def read_model(
             metadata = client.model_metadata(model, version)
             config = client.model_config(model, version)
         except ClientError as exc:
-            raise CliError(f"failed to get model metadata: {exc.message}") from None
+            raise CliError(f"failed to get model metadata: {exc.message}{_hint(client, model)}") from None
 
         def fetch_config(name: str, step_version: str) -> dict[str, Any]:
             try:
@@ -119,3 +119,13 @@ def build_spec(
     spec.tls = tls
     spec.https = protocol == "http" and (url or "").strip().startswith("https://")
     return spec
+
+
+def _hint(client: Any, model: str) -> str:
+    """ "; model 'X' is not in the server's repositories: did you mean ..." when the server's index
+    lacks the model (nothing when the index cannot be read, e.g. a restricted API)."""
+    try:
+        known = [str(row.get("name", "")) for row in client.repository_index()]
+    except ClientError:
+        return ""
+    return "" if model in known else f"; {unknown_model(model, known)}"

@@ -44,6 +44,26 @@ def test_list_and_status(server: Server) -> None:
     assert code == 0 and "simple: READY" in out
 
 
+def test_status_of_every_model_and_unknown_names_get_a_suggestion(server: Server) -> None:
+    # as Triton's index lists every model, status without a name shows them all
+    code, out, _ = tcli(server, "status", "--format", "json")
+    assert code == 0
+    statuses = {s["name"]: s for s in json.loads(out)}
+    assert statuses["simple"]["ready"] is True and statuses["add_sub"]["ready"] is False
+    code, out, _ = tcli(server, "status")
+    assert code == 0 and "models ready" in out and "simple" in out and "add_sub" in out
+    # a misspelt name: one line, one wording, the closest name offered
+    for args in (["status", "simpel"], ["load", "simpel"]):
+        code, _, err = tcli(server, *args)
+        assert code == 1 and err.count("\n") == 1, err
+        assert "model 'simpel' is not in the server's repositories: did you mean 'simple'?" in err
+    done = run_tcli(
+        "perf", "-m", "ad_sub", "-u", f"localhost:{server.http_port}", "--measurement-interval", "100"
+    )
+    assert done.returncode == 1 and "failed to get model metadata" in done.stderr
+    assert "did you mean 'add_sub'?" in done.stderr and done.stderr.count("\n") == 1
+
+
 def test_load_with_config_override_then_unload(server: Server, tmp_path: Path) -> None:
     override = tmp_path / "config.pbtxt"
     text = (ROOT / "model_repository" / "add_sub" / "config.pbtxt").read_text()
