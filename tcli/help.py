@@ -10,6 +10,7 @@ Typer version; flags have none.
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -61,11 +62,38 @@ class HelpCommand(TyperCommand):
                 groups.setdefault(group or "Options", []).append(row)
         if arguments:
             with formatter.section("Arguments"):
-                formatter.write_dl(arguments)
-        # the ungrouped options (--help among them) come last
-        for title in sorted(groups, key=lambda name: name == "Options"):
+                write_dl(formatter, arguments)
+        # the ungrouped options come first when they are the command's own (perf's -m before its TLS
+        # group), last when they are only --help and the completion options (tritonserver's)
+        own = any(not names.startswith(_GENERAL) for names, _ in groups.get("Options", []))
+        for title in sorted(groups, key=lambda name: (name == "Options") != own):
             with formatter.section(title):
-                formatter.write_dl(groups[title])
+                write_dl(formatter, groups[title])
+
+
+_GENERAL = ("--help", "--install-completion", "--show-completion")
+
+
+def write_dl(formatter: Any, rows: list[tuple[str, str]], col_max: int = 30, col_spacing: int = 2) -> None:
+    """Click's definition list (names, then their help beside or below), with the help wrapped at
+    spaces only: Click's wrapper also breaks at hyphens, cutting flag names in two
+    (`--grpc-server-` / `cert`)."""
+    first_col = min(max((len(names) for names, _ in rows), default=0), col_max) + col_spacing
+    indent = formatter.current_indent
+    width = max(formatter.width - first_col - 2, 10)
+    for names, text in rows:
+        formatter.write(f"{'':>{indent}}{names}")
+        if not text:
+            formatter.write("\n")
+            continue
+        if len(names) <= first_col - col_spacing:
+            formatter.write(" " * (first_col - len(names)))
+        else:
+            formatter.write("\n" + " " * (first_col + indent))
+        lines = textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False)
+        formatter.write(f"{lines[0]}\n" if lines else "\n")
+        for line in lines[1:]:
+            formatter.write(f"{'':>{first_col + indent}}{line}\n")
 
 
 def grouped(group_of: Callable[[str], str | None]) -> type[HelpCommand]:

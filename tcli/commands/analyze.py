@@ -131,7 +131,7 @@ def analyze(
         str | None,
         typer.Option(
             "--preferred-batch-sizes",
-            help="none, max or none,max: preferred_batch_size left out, or \\[max_batch_size] (default: the config's).",
+            help="none, max or none,max: preferred_batch_size left out, or [max_batch_size] (default: the config's).",
             show_default=False,
         ),
     ] = None,

@@ -51,11 +51,11 @@ class LogFormat(enum.StrEnum):
     ISO8601 = "ISO8601"
 
 
-Bool = Annotated[str, typer.Option(metavar="BOOLEAN")]
-
-
 def _group(name: str) -> str | None:
-    """The heading `tcli serve --help` lists an option under."""
+    """The heading `tcli serve --help` lists an option under (None: the general "Options", where
+    --help and the shell-completion options go)."""
+    if name in ("install_completion", "show_completion"):
+        return None
     if name.startswith(("http_", "allow_http")) or name == "reuse_http_port":
         return "HTTP front end"
     if name.startswith(("grpc_", "allow_grpc")) or name == "reuse_grpc_port":
@@ -127,7 +127,9 @@ def serve(
     ] = "",
     model_load_thread_count: Annotated[int, typer.Option(help="Models loaded side by side at start.")] = 4,
     model_load_retry_count: Annotated[int, typer.Option(help="Retries of a model that fails to load.")] = 0,
-    allow_http: Bool = "true",
+    allow_http: Annotated[
+        str, typer.Option(metavar="BOOLEAN", help="Serve HTTP/REST (KServe v2 and Triton's extensions).")
+    ] = "true",
     http_address: Annotated[str, typer.Option(help="Address the HTTP front end listens on.")] = "0.0.0.0",
     http_port: Annotated[int, typer.Option(help="HTTP port (0: any free port).")] = 8000,
     reuse_http_port: Annotated[
@@ -155,7 +157,9 @@ def serve(
     http_max_connections: Annotated[
         int, typer.Option(help="HTTP connections served at once; the ones beyond are answered 503.")
     ] = 10000,
-    allow_grpc: Bool = "true",
+    allow_grpc: Annotated[
+        str, typer.Option(metavar="BOOLEAN", help="Serve gRPC (GRPCInferenceService).")
+    ] = "true",
     grpc_address: Annotated[str, typer.Option(help="Address the gRPC front end listens on.")] = "0.0.0.0",
     grpc_port: Annotated[int, typer.Option(help="gRPC port (0: any free port).")] = 8001,
     reuse_grpc_port: Annotated[
@@ -223,7 +227,9 @@ def serve(
     grpc_read_timeout: Annotated[
         float, typer.Option(help="Seconds a gRPC connection may stall inside a frame before it is closed.")
     ] = 30.0,
-    allow_metrics: Bool = "true",
+    allow_metrics: Annotated[
+        str, typer.Option(metavar="BOOLEAN", help="Serve Prometheus metrics on --metrics-port.")
+    ] = "true",
     allow_cpu_metrics: Annotated[
         str, typer.Option(metavar="BOOLEAN", help="Include the host CPU and memory gauges.")
     ] = "true",
@@ -299,9 +305,9 @@ def serve(
         Path, typer.Option(help="Folder of Python-based backends: backend NAME is NAME/model.py.")
     ] = Path("/opt/tritonserver/backends"),
     log_verbose: Annotated[int, typer.Option(help="Verbose logging level (0 = off).")] = 0,
-    log_info: Bool = "true",
-    log_warning: Bool = "true",
-    log_error: Bool = "true",
+    log_info: Annotated[str, typer.Option(metavar="BOOLEAN", help="Log info lines.")] = "true",
+    log_warning: Annotated[str, typer.Option(metavar="BOOLEAN", help="Log warnings.")] = "true",
+    log_error: Annotated[str, typer.Option(metavar="BOOLEAN", help="Log errors.")] = "true",
     log_format: Annotated[
         LogFormat, typer.Option(help="default (LMMDD hh:mm:ss) or ISO8601.")
     ] = LogFormat.default,

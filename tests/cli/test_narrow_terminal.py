@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import re
 import subprocess
 import sys
 from typing import Any
@@ -63,6 +64,15 @@ def test_help_pages_read_well_at_80_columns(words: list[str], command: Any) -> N
         for name in (*param.opts, *param.secondary_opts):
             if name.startswith("--"):
                 assert name in page, f"{name} is not whole in `tcli {' '.join(words)} --help`"
+    # a flag named in a help text stays whole (Click's wrapper broke `--grpc-server-` / `cert`)
+    assert not [line for line in lines if re.search(r"(^|\s)--[a-z0-9-]*-$", line)], page
+    # every option says what it does (not just its default), and literal brackets show as brackets
+    assert not re.search(r"\n  -[-a-z0-9]+ [A-Z]+ +\[default", page), page
+    assert "\\[" not in page
+    # the command's own options come before a group of shared ones (perf's -m before its TLS options)
+    headings = [line for line in lines if line and not line.startswith(" ")]
+    if "Options:" in headings and any(h.startswith("TLS") for h in headings):
+        assert headings.index("Options:") < next(i for i, h in enumerate(headings) if h.startswith("TLS"))
     # the description is wrapped to the width: no line ends where the next line's first word would fit
     description = page.split("\n\n", 1)[1].split("\n\n")
     for paragraph in description[:2]:
@@ -91,6 +101,11 @@ def test_serve_help_is_grouped_and_short() -> None:
     ]
     assert "  --disable-auto-complete-config  Configs must be complete as written." in page
     assert "  --help " in page.split("Options:\n")[1]
+    # tritonserver's completion options are general ones, not options about models
+    env = {**os.environ, "COLUMNS": str(WIDTH), "NO_COLOR": "1", "TERM": "dumb"}
+    tritonserver = os.path.join(os.path.dirname(sys.executable), "tritonserver")
+    done = subprocess.run([tritonserver, "--help"], env=env, capture_output=True, text=True, timeout=60)
+    assert "--install-completion" in done.stdout.split("\nOptions:\n")[1], done.stdout
 
 
 def test_flags_have_no_placeholder_and_values_have_clicks() -> None:
