@@ -404,17 +404,19 @@ def trace_summary_table(files: list[Path], models: list[Any]) -> Table:
     from tcli.trace.summary import PHASE_TITLES, PHASES, percentile_us
 
     shown = files[0].name if len(files) == 1 else f"{files[0].name} … ({len(files)} files)"
-    table = Table(title=f"Trace summary: {escape(shown)} (p50 / p99, usec)")
+    table = Table(title=f"Trace summary: {escape(shown)} (p50/p99, usec)")
     table.add_column("model", style="bold")
     table.add_column("traces", justify="right")
     for phase in PHASES:
         table.add_column(PHASE_TITLES[phase], justify="right")
     for model in models:
-        cells = [
-            f"{percentile_us(model.ns[p], 50):.0f} / {percentile_us(model.ns[p], 99):.0f}"
+        cells = [  # one word each: a narrow terminal wraps between cells' words, never inside a pair
+            f"{percentile_us(model.ns[p], 50):.0f}/{percentile_us(model.ns[p], 99):.0f}"
             if model.ns[p]
             else "[dim]-[/]"
             for p in PHASES
         ]
         table.add_row(f"{escape(model.model)} (v{model.version})", str(model.traces), *cells)
-    return table
+    # the phases that are usually small go first when the terminal is narrow
+    optional = [PHASE_TITLES[p] for p in ("compute_input", "compute_output", "network_out", "network_in")]
+    return keep_whole(table, optional)

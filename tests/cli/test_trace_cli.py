@@ -5,6 +5,9 @@ frequency 0: one array in the file itself)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from subprocess import CompletedProcess
@@ -91,6 +94,35 @@ def test_summary_table_and_chart(
     row = next(line for line in out.splitlines() if "add_sub" in line)
     assert " 6 " in row
     assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_summary_at_80_columns_keeps_names_and_figures_whole(trace_file: Path) -> None:
+    env = {**os.environ, "COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
+    tcli = Path(sys.executable).parent / "tcli"
+    done = subprocess.run(
+        [str(tcli), "trace", "summary", str(trace_file)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert max(len(line) for line in done.stdout.splitlines()) <= 80, done.stdout
+    # long names and large figures, as a real deployment's traces have them
+    from rich.console import Console
+
+    from tcli.render import trace_summary_table
+    from tcli.trace.summary import PHASES, ModelPhases
+
+    models = [
+        ModelPhases(name, 1, 9, {p: [123456789, 987654321] for p in PHASES})
+        for name in ("densenet_onnx_preprocessing", "text_recognition_ensemble")
+    ]
+    console = Console(width=80, record=True, no_color=True)
+    console.print(trace_summary_table([trace_file], models))
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    text = "\n".join(lines)
+    assert "densenet_onnx_preprocessing" in text and "text_recognition_ensemble" in text  # whole names
+    cells = [cell.strip() for line in lines for cell in line.split("│")]
+    assert cells.count("555556/979012") == 4, text  # each p50/p99 pair whole, on one line
+    assert "left out at this width" in text  # the phases that did not fit are named
 
 
 def test_missing_file_is_one_line(tcli: Callable[..., CompletedProcess[str]], tmp_path: Path) -> None:
