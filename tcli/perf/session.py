@@ -133,12 +133,11 @@ def run(
 
 
 def unstable_warning(what: str, result: LevelResult, settings: Settings) -> str:
-    limit = settings.stability * 100
+    """One line (a terminal's width for the usual levels): the level is reported anyway, from its
+    steadiest windows, and the summary marks it `(not stable)`."""
     return (
-        f"Warning: {what} did not become stable within {settings.max_trials} measurement windows "
-        f"(throughput within {limit:g}%); reported from its steadiest {min(len(result.windows), 3)} "
-        f"windows, which differ by {result.spread * 100:.0f}%. A longer --measurement-interval or a "
-        "quieter machine helps; --strict-stability stops at such a level, as perf_analyzer does."
+        f"Warning: {what} unstable ({len(result.windows)} windows {result.spread * 100:.0f}% apart, "
+        f"> {settings.stability * 100:g}%): a longer -p helps"
     )
 
 
