@@ -46,6 +46,12 @@ def load_failure(name: str, model: ServedModel) -> TritonError:
     )
 
 
+def refused_reason(model: ServedModel, failure: TritonError) -> str:
+    """The index reason of a version that kept serving when a reload of its model failed."""
+    why = _first_reason(model) if model.config is None else failure.message
+    return f"serving the previous config: its reload failed: {_without_code(why)}"
+
+
 def _first_reason(model: ServedModel) -> str:
     reasons = [e.reason for e in model.versions.values() if e.reason]
     return reasons[0] if reasons else "no version is available"

@@ -38,7 +38,13 @@ from server.protocol.errors import (
     version_not_found,
     version_not_ready,
 )
-from server.repository.load_failures import NO_VERSION, failed_model, load_failure, poll_failed
+from server.repository.load_failures import (
+    NO_VERSION,
+    failed_model,
+    load_failure,
+    poll_failed,
+    refused_reason,
+)
 from server.repository.memory import release_freed_memory
 from server.repository.models import ModelState, ServedModel, StatsBook, VersionEntry
 from server.repository.request_files import RequestFiles
@@ -202,6 +208,9 @@ class ModelManager:
                 row = {"name": name, "version": str(version), "state": str(entry.state)}
                 if entry.reason:
                     row["reason"] = entry.reason
+                elif model.refused_reload and entry.state == ModelState.READY:
+                    # Triton says nothing here; a user editing a polled repository needs to see it
+                    row["reason"] = model.refused_reload
                 rows.append(row)
         return rows
 
@@ -332,7 +341,10 @@ class ModelManager:
             if failed and old is not None and old.ready_versions():
                 # keep serving what works; the failure is reported, and a later fix is picked up
                 old.fingerprint = new.fingerprint
-                raise load_failure(name, new)
+                failure = load_failure(name, new)
+                if self.mode == ControlMode.POLL:  # an explicit load answers its caller instead
+                    old.refused_reload = refused_reason(new, failure)
+                raise failure
             if old is not None:
                 _keep_unloaded_versions(old, new)
             self._models[name] = new

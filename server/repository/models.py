@@ -50,6 +50,9 @@ class ServedModel:
     versions: dict[int, VersionEntry] = field(default_factory=dict)
     fingerprint: tuple[object, ...] = ()
     agents: AgentChain | None = None  # its repository agents, told when it unloads
+    # why the last reload was refused while this model kept serving (its index rows say so), until
+    # a reload succeeds and replaces it
+    refused_reload: str = ""
 
     def ready_versions(self) -> list[int]:
         return sorted(v for v, e in self.versions.items() if e.state == ModelState.READY)

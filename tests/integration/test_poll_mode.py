@@ -72,7 +72,10 @@ def test_reloads_never_fail_a_request(repo: Path) -> None:
         good_config = config.read_text()
         config.write_text(good_config + "\nmax_batch_size: [\n")
         assert "add_sub" in await poll()
-        assert state(manager, "add_sub") == [("READY", "")]
+        # still READY, and the index says the edit was refused, and why (tcli model status shows it)
+        ((serving, reason),) = state(manager, "add_sub")
+        assert serving == "READY" and reason.startswith("serving the previous config: its reload failed: ")
+        assert "parse" in reason
         served_before = len(sums)
         await asyncio.sleep(0.05)
         assert len(sums) > served_before and sums[-1] == [102.0, 104.0, 106.0, 108.0]
@@ -81,6 +84,7 @@ def test_reloads_never_fail_a_request(repo: Path) -> None:
         model_py.write_text(model_py.read_text().replace("(np.add(in0, in1) + 100)", "np.add(in0, in1)"))
         assert "add_sub" in await poll()
         assert sums[-1] == [2.0, 4.0, 6.0, 8.0]
+        assert state(manager, "add_sub") == [("READY", "")]  # the fix clears the refusal
         # add a model, then remove it
         shutil.copytree(repo / "add_sub", repo / "add_sub_copy")
         (repo / "add_sub_copy" / "config.pbtxt").write_text(
