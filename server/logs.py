@@ -85,6 +85,14 @@ def configure(settings: LogSettings) -> None:
     apply_verbosity(settings)
 
 
+# the per-request lines (--log-verbose 2) go to a logger of their own: the request path asks it
+# `isEnabledFor(DEBUG)` (a cached lookup) before it builds a line
+REQUESTS_LOGGER = "tcli.requests"
+
+
 def apply_verbosity(settings: LogSettings) -> None:
-    """Verbose logging is tcli's own debug output."""
-    logging.getLogger("tcli").setLevel(logging.DEBUG if settings.log_verbose_level > 0 else logging.INFO)
+    """Verbose logging is tcli's own debug output: level 1 the lifecycle of models (load steps,
+    instances, the scheduler chosen), level 2 each request and execution as well."""
+    level = settings.log_verbose_level
+    logging.getLogger("tcli").setLevel(logging.DEBUG if level > 0 else logging.INFO)
+    logging.getLogger(REQUESTS_LOGGER).setLevel(logging.DEBUG if level > 1 else logging.INFO)

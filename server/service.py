@@ -50,6 +50,7 @@ from server.protocol.messages import (
 from server.protocol.trace import QUEUE_START
 from server.protocol.types import InferenceRequest, InferenceResponse
 from server.repository.manager import ControlMode, ModelManager
+from server.scheduling import verbose
 from server.scheduling.work import ResponseStream
 from server.tracing.changes import TRACE_DEFAULTS, parse_changes
 from server.tracing.manager import TraceManager
@@ -270,6 +271,7 @@ class InferenceService:
         else:
             model, entry = admission.require()
             decoupled = admission.decoupled
+        verbose.arrived(request, entry.version)
         rules = model.rules
         trace = request.trace
         if trace is not None:

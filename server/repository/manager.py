@@ -481,6 +481,10 @@ class ModelManager:
                 served.agents = None
             return failed_model(served, folder, reason)
         config = report.config
+        if log.isEnabledFor(logging.DEBUG):  # --log-verbose 1: what the server made of config.pbtxt
+            from server.config.write import to_pbtxt
+
+            log.debug("config of '%s' as served, auto-completed:\n%s", config.name, to_pbtxt(config).rstrip())
         if config.response_cache.enable and self.response_cache is None:  # Triton says nothing
             log.info(
                 "model '%s' enables response_cache but the server has no cache: served without one "
@@ -566,6 +570,13 @@ class ModelManager:
         )
         runner = ModelRunner(
             context, self.stats.get(config.name, version), rate_limiter=self.options.rate_limiter
+        )
+        log.debug(
+            "loading '%s' version %d with backend '%s' from %s",
+            config.name,
+            version,
+            config.backend or config.platform,
+            folder.version_path(version),
         )
         try:
             runner.load()

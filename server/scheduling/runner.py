@@ -48,6 +48,7 @@ from server.config.validate import enum_name
 from server.protocol import datatypes
 from server.protocol.errors import TritonError
 from server.protocol.types import InferenceResponse, Tensor
+from server.scheduling import verbose
 from server.scheduling.batch import batch_key, merge_inputs, requested_outputs, split_outputs
 from server.scheduling.batch_io import BatchIO
 from server.scheduling.dispatch import LoopDispatcher
@@ -171,6 +172,7 @@ class ModelRunner:
         except BaseException:
             self._unload_instances()
             raise
+        verbose.loaded(self.name, self.version, self.config, self._instances)
         self._busy = [threading.Lock() for _ in self._instances]
         scheduler = self.scheduler
         # batching and sequence schedulers need their queue; rate-limited executions wait on the workers
@@ -332,6 +334,7 @@ class ModelRunner:
             item.started_ns, item.instance = start, index
             if item.request.trace is not None:
                 item.request.trace.computing(item.enqueued_ns, start)
+        verbose.executing(self.name, self.version, self._instance_names, index, batch)
         try:
             requests = [item.request for item in batch]
             io = self._batch_io
@@ -391,6 +394,7 @@ class ModelRunner:
             item.started_ns, item.instance = start, index
             if item.request.trace is not None:
                 item.request.trace.computing(item.enqueued_ns, start)
+        verbose.executing(self.name, self.version, self._instance_names, index, batch)
         return start, [_Channel(item, self) for item in batch]
 
     def settle(
