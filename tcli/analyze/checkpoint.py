@@ -6,6 +6,7 @@ its numbers in."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -15,6 +16,16 @@ from tcli.analyze.results import Measured
 from tcli.errors import CliError
 
 FORMAT = 1
+
+
+def default_checkpoint(model: str, url: str | None, repository: Path | None) -> Path:
+    """Where a checkpoint goes unless --checkpoint says: the user's cache, one file per model and place
+    measured (server or repository). Never the current folder, which is often a source checkout,
+    and where the file of one analysis met another's."""
+    where = url or str(repository.resolve() if repository is not None else "")
+    digest = hashlib.sha256(where.encode()).hexdigest()[:12]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "tcli" / "analyze" / f"{model}-{digest}.checkpoint.json"
 
 
 class Checkpoint:

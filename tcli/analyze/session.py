@@ -101,13 +101,19 @@ class Session:
     def open_checkpoint(self, signature: dict[str, Any]) -> Checkpoint:
         plan = self.plan
         try:
-            return Checkpoint(plan.checkpoint, signature, fresh=plan.fresh)
+            checkpoint = Checkpoint(plan.checkpoint, signature, fresh=plan.fresh)
         except CliError:
             if plan.checkpoint_given:
                 raise
             # the default file of an earlier, different analysis: start afresh
             self.say(f"{plan.checkpoint}: written by another analysis of this model; starting afresh")
             return Checkpoint(plan.checkpoint, signature, fresh=True)
+        if checkpoint.from_file:  # never silently: the numbers shown may be an earlier run's
+            self.say(
+                f"resuming from {plan.checkpoint}: {len(checkpoint.from_file)} config(s) measured by an "
+                "earlier run are not measured again (--fresh measures everything)"
+            )
+        return checkpoint
 
     # one model ------------------------------------------------------------------------------------
     def analyze(self, target: Target, name: str) -> ModelResult:

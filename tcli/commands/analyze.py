@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from tcli.analyze.checkpoint import default_checkpoint
 from tcli.commands.input_options import InputData, Shape, StringData, StringLength
 from tcli.errors import CliError
 from tcli.help import HelpCommand
@@ -215,8 +216,8 @@ def analyze(
         Path | None,
         typer.Option(
             "--checkpoint",
-            help="Measured configs are kept here; an interrupted run resumes from it "
-            "(default ./tcli-analyze-MODEL.checkpoint.json).",
+            help="Measured configs are kept here; an interrupted run resumes from it (default: a "
+            "file per model and repository or server in ~/.cache/tcli/analyze/).",
             show_default=False,
         ),
     ] = None,
@@ -320,10 +321,10 @@ def analyze(
         link=link,
         plot=plot,
         output_format=output_format.value,
-        checkpoint=checkpoint or Path(f"tcli-analyze-{model_name}.checkpoint.json"),
+        checkpoint=checkpoint or default_checkpoint(model_name, url, repository),
         checkpoint_given=checkpoint is not None,
         fresh=fresh,
-        where=url or "in-process",
+        where=url or f"in-process: {repository.resolve() if repository is not None else ''}",
     )
     console = Console(soft_wrap=output_format != Format.table)
     err = Console(stderr=True)

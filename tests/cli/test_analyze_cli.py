@@ -231,6 +231,10 @@ def test_an_interrupted_search_resumes_where_it_stopped(repo: Path, tmp_path: Pa
 
     done = run_tcli(*args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    # it says that it resumes, and from where, never silently
+    assert (
+        f"resuming from {checkpoint}: {measured_before} config(s) measured by an earlier run" in done.stdout
+    )
     assert f"3 configs measured (brute search, {measured_before} from the checkpoint)" in done.stdout
     assert saved() == 3
 
@@ -249,6 +253,8 @@ def test_a_budget_no_config_meets_says_so_and_names_the_closest(repo: Path, tmp_
     rows = [line.split("│") for line in done.stdout.splitlines() if line.startswith("│")]
     assert rows and all(row[8].strip() == "no" for row in rows)  # the table still shows what was measured
     assert not out.exists()  # nothing is written when nothing qualifies
+    # the default checkpoint stays out of the folder the command ran in (often a source checkout)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".checkpoint.json")]
 
 
 def test_an_ensemble_is_analyzed_through_its_composing_models(repo: Path, tmp_path: Path) -> None:
