@@ -341,6 +341,7 @@ class RemoteTarget(Target):
         except ClientError as exc:
             raise CliError(f"-u {url}: model '{name}': {exc.message}") from None
         self._completed = config_from_json(config)
+        self._served = config  # what the server served before: put back at the end
         self.info = _model_info(name, metadata, config)
 
     def check(self) -> None:
@@ -393,6 +394,9 @@ class RemoteTarget(Target):
         try:
             if self.loaded_variant:  # back to the model's own config, read from the repository
                 self.client.load_model(self.name)
+                # unless the user had loaded another config: then that one, as it was served
+                if self.client.model_config(self.name, "") != self._served:
+                    self.client.load_model(self.name, config_json(self._completed))
         except ClientError:
             pass
         finally:

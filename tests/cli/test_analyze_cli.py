@@ -306,6 +306,16 @@ def test_against_a_running_server_through_model_control(explicit_server: Server,
     try:
         assert client.model_config("sleepy")["max_batch_size"] == 1
         assert "dynamic_batching" not in client.model_config("sleepy")
+        # a config the user had loaded is what comes back, not the repository's
+        loaded = {**client.model_config("sleepy"), "max_batch_size": 2}
+        client.load_model("sleepy", json.dumps(loaded))
+        done = run_tcli(
+            "analyze", "-m", "sleepy", "-u", url, *FAST, "--max-instance-count", "1", "--max-batch-size", "1",
+            "--dynamic-batching", "off", "--python-placement", "server", "--max-concurrency", "1",
+            "--mode", "brute", "--format", "json", "--fresh", cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert client.model_config("sleepy")["max_batch_size"] == 2
     finally:
         client.close()
 
