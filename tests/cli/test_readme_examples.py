@@ -64,8 +64,6 @@ NOT_RUN = {
     "check it)",
     "tcli trace summary /tmp/trace.json": "reads the traces of a session with an ensemble not in model_repository "
     "(tests/cli/test_trace_cli.py checks the table)",
-    "tcli serve model_repository --cache-config local,size=1048576": "needs perf_analyzer and a model with "
-    "response_cache enabled (tests/integration/test_response_cache.py runs it)",
     "tcli analyze -m sleepy model_repository": "the benchmark's model of known cost, not in model_repository "
     "(benchmarks/analyze_vs_ma.py writes it; tests/cli/test_analyze_cli.py runs these commands on one), and "
     "a search takes a minute or more",
