@@ -11,6 +11,8 @@ The README's convention, which this test reads:
   and 8002 (metrics) in any command become the server's free ports, a server command without a port
   flag gets one, and a `tcli model|infer|perf` command without `-u` gets the server's address.
 - `python NAME.py` runs the ```python block written just before the console block, saved as NAME.py.
+- `pip install PATH` installs into the folder's own site-packages (on the path of every later command
+  and server), never into the environment the suite runs in.
 - Output is compared after masking what varies from run to run: numbers with a decimal point and
   numbers of three or more digits (timings, rates, counts of a run) become N; runs of spaces and of
   table rules count as one, so table widths do not matter. A line `...` stands for any lines (none
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -56,8 +59,6 @@ NOT_RUN = {
     "make lint": "development commands (the suite runs ruff and mypy itself)",
     "tcli repo import models:/fraud@champion --repo models": "needs an MLflow tracking server and a registered model",
     "tcli serve --model-repository=s3://my-bucket/model_repository --model-control-mode=poll": "needs cloud buckets",
-    "pip install ./acme-backends": "needs the reader's own backend package",
-    "tcli repo validate models --backend-directory backends": "needs the reader's own backend folder",
     "tcli perf -m simple -i grpc -u localhost:8001 --ssl-grpc-use-ssl true": "needs a TLS server and its CA file",
     "tcli serve --trace-config triton,file=/tmp/trace.json": "a trace file's content depends on the requests "
     "traced and is written as traces complete (tests/cli/test_trace_cli.py and tests/integration/test_tracing.py "
@@ -214,15 +215,27 @@ def matches(expected: list[str], actual: list[str]) -> bool:
     return walk(0, 0)
 
 
-def environment() -> dict[str, str]:
+def environment(folder: Path) -> dict[str, str]:
     return {
         **os.environ,
         "COLUMNS": str(WIDTH),
         "NO_COLOR": "1",
         "TERM": "dumb",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PYTHONPATH": str(ROOT),
+        # what a README `pip install` installed (see install_here), then this checkout
+        "PYTHONPATH": os.pathsep.join((str(folder / SITE), str(ROOT))),
     }
+
+
+SITE = "site-packages"
+
+
+def install_here(text: str) -> str:
+    """A README `pip install PATH` installs into the example folder's own SITE, which later commands
+    and servers have on their path: the suite never changes the environment it runs in (nor needs
+    the network: the package is built with the environment's own setuptools)."""
+    flags = f"--no-deps --no-build-isolation --target {SITE}"
+    return re.sub(r"^pip install\b", f"{sys.executable} -m pip install {flags}", text)
 
 
 def start_server(text: str, folder: Path, ports: Ports) -> subprocess.Popen[str]:
@@ -230,7 +243,7 @@ def start_server(text: str, folder: Path, ports: Ports) -> subprocess.Popen[str]
     process = subprocess.Popen(
         ["bash", "-c", f"exec {text}"],
         cwd=folder,
-        env=environment(),
+        env=environment(folder),
         stdout=log,
         stderr=subprocess.STDOUT,
         text=True,
@@ -269,8 +282,9 @@ BLOCKS, SHOWN = read_blocks()
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the examples run: the checkout's example repository and example files, as a reader has them."""
     where = tmp_path_factory.mktemp("readme")
-    for name in ("model_repository", "examples"):
-        (where / name).symlink_to(ROOT / name)
+    (where / "model_repository").symlink_to(ROOT / "model_repository")
+    # a copy: building an example package (pip install) writes into its folder
+    shutil.copytree(ROOT / "examples", where / "examples", ignore=shutil.ignore_patterns("__pycache__"))
     return where
 
 
@@ -305,11 +319,11 @@ def test_readme_example(
             else:
                 servers[key] = (ports, start_server(ports.rewrite(command.text), folder, ports))
             continue
-        text = ports.rewrite(command.text)
+        text = install_here(ports.rewrite(command.text))
         done = subprocess.run(
             ["bash", "-c", text],
             cwd=folder,
-            env=environment(),
+            env=environment(folder),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
