@@ -29,10 +29,10 @@ import csv
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,34 +44,8 @@ from server.repository.manager import ControlMode
 from tests.cli.conftest import ROOT, run_tcli
 from tests.waiting import wait_until
 
-SLEEPY_MODEL = textwrap.dedent(
-    """
-    import time
-
-    import triton_python_backend_utils as pb_utils
-
-    BASE_MS = 34.0
-    PER_REQUEST_MS = 8.5
-
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            time.sleep((BASE_MS + PER_REQUEST_MS * len(requests)) / 1000.0)
-            return [
-                pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]
-                )
-                for r in requests
-            ]
-    """
-)
-SLEEPY_CONFIG = """# the model as first written: one instance, no batching yet
-backend: "python"
-max_batch_size: 1
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-"""
+# the model README.md's analyze example uses, as shipped
+SLEEPY = ROOT / "examples" / "analyze_repository" / "sleepy"
 ENSEMBLE_CONFIG = """
 platform: "ensemble"
 max_batch_size: 1
@@ -100,9 +74,7 @@ BRUTE = [*SPACE, "--mode", "brute", "--min-instance-count", "2"]
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("analyze") / "repo"
-    (root / "sleepy" / "1").mkdir(parents=True)
-    (root / "sleepy" / "1" / "model.py").write_text(SLEEPY_MODEL)
-    (root / "sleepy" / "config.pbtxt").write_text(SLEEPY_CONFIG)
+    shutil.copytree(SLEEPY, root / "sleepy", ignore=shutil.ignore_patterns("__pycache__"))
     (root / "pipeline" / "1").mkdir(parents=True)
     (root / "pipeline" / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
     return root
@@ -146,9 +118,9 @@ def test_quick_finds_the_known_optimum_and_writes_a_repository_that_serves(
     assert f"max_batch_size: {batch}" in written and "count: 2" in written
     assert "max_queue_delay_microseconds: 20000" in written
     assert 'key: "TCLI_INSTANCE_PROCESS"' in written and 'string_value: "true"' in written
-    assert (out / "sleepy" / "1" / "model.py").read_text() == SLEEPY_MODEL
+    assert (out / "sleepy" / "1" / "model.py").read_text() == (SLEEPY / "1" / "model.py").read_text()
     assert f"wrote {out / 'sleepy' / 'config.pbtxt'} (valid" in text
-    assert f"-  max_batch_size: 1\n+  max_batch_size: {batch}" in text
+    assert f"-max_batch_size: 1\n+max_batch_size: {batch}" in text
     checked = run_tcli("repo", "validate", str(out))
     assert checked.returncode == 0, checked.stdout
     import tcli.inprocess as tritonserver
