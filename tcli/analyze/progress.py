@@ -1,8 +1,15 @@
-"""The live progress of a search: a Rich bar of configs measured out of those planned, the config and
-concurrency being measured, the best so far, and the time left. On stderr, and only on a terminal."""
+"""The live progress of a search, on stderr: on a terminal a Rich bar of configs measured out of those
+planned, the config being measured, the best so far and the time left; elsewhere (a pipe, a CI log)
+one line per config measured, so that a search of minutes is never silent.
+
+The time left is the average time of the configs measured so far times those left, less the time the
+current one has run: Rich's own estimate comes from the bar's recent speed, which a search that
+completes one config a minute does not have (it showed "ETA 0:00:01" for a whole config)."""
 
 from __future__ import annotations
 
+import time
+from datetime import timedelta
 from typing import Any
 
 from rich.console import Console
@@ -10,10 +17,29 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
+from rich.text import Text
+
+
+class _TimeLeft(ProgressColumn):
+    """ETA from the configs measured so far (see the module's text); '?' before the first."""
+
+    def render(self, task: Task) -> Text:
+        return Text(f"ETA {time_left(task.fields, task.total, task.completed)}", style="progress.remaining")
+
+
+def time_left(fields: dict[str, Any], total: float | None, completed: float) -> str:
+    measured, spent, started = fields.get("measured", 0), fields.get("spent", 0.0), fields.get("started")
+    if not measured or total is None:
+        return "?"
+    per_config = spent / measured
+    running = time.monotonic() - started if started is not None else 0.0
+    seconds = max(0.0, per_config * max(total - completed, 0) - running)
+    return str(timedelta(seconds=round(seconds)))
 
 
 class SearchProgress:
@@ -26,14 +52,16 @@ class SearchProgress:
             MofNCompleteColumn(),
             TextColumn("{task.fields[best]}"),
             TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
+            _TimeLeft(),
             console=self.console,
             transient=True,
             disable=not self.enabled,
         )
         self.model = model
-        self.task = self.progress.add_task(f"analyze {model}", total=planned, best="")
+        self.label = ""
+        self.task = self.progress.add_task(
+            f"analyze {model}", total=planned, best="", measured=0, spent=0.0, started=None
+        )
 
     def __enter__(self) -> SearchProgress:
         self.progress.__enter__()
@@ -43,12 +71,30 @@ class SearchProgress:
         self.progress.__exit__(*exc)
 
     def measuring(self, label: str) -> None:
-        self.progress.update(self.task, description=f"{self.model}: {label}")
+        self.label = label
+        self.progress.update(self.task, description=f"{self.model}: {label}", started=time.monotonic())
 
     def done(self, best: str, resumed: bool = False) -> None:
-        self.progress.update(self.task, advance=1, best=best)
+        task = self.progress.tasks[0]
+        fields = task.fields
+        started = fields.get("started")
+        measured = started is not None  # a config from the checkpoint took no time
+        spent = fields["spent"] + (time.monotonic() - started if measured else 0.0)
+        count = fields["measured"] + (1 if measured else 0)
+        self.progress.update(self.task, advance=1, best=best, measured=count, spent=spent, started=None)
         if resumed:
             self.progress.update(self.task, description=f"{self.model}: resumed from the checkpoint")
+        if not self.enabled:  # no bar: a line per config, so that a log shows the search moving
+            task = self.progress.tasks[0]
+            what = self.label if measured else "from the checkpoint"
+            total = int(task.total) if task.total is not None else "?"
+            left = time_left(task.fields, task.total, task.completed)
+            self.console.print(
+                f"analyze {self.model}: {int(task.completed)}/{total} configs ({what}); best so far "
+                f"{best or '-'}; ETA {left}",
+                highlight=False,
+                soft_wrap=True,
+            )
 
     def replan(self, planned: int) -> None:
         """Quick mode learns as it goes how many configs it will measure."""

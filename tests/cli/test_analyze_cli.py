@@ -140,6 +140,10 @@ def test_brute_finds_the_same_optimum_and_a_rerun_resumes_everything(repo: Path,
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["search"] == "brute" and report["measured"] == 4 and report["resumed"] == 0
+    # no terminal: a line per config on stderr, so that a long search is never silent
+    progress = [line for line in done.stderr.splitlines() if line.startswith("analyze sleepy: ")]
+    assert [line.split(" configs")[0] for line in progress] == [f"analyze sleepy: {n}/4" for n in range(1, 5)]
+    assert all("ETA " in line for line in progress) and "ETA 0:00:00" in progress[-1]
     best = report["best"]["config"]
     assert best["dynamic_batching"], done.stdout
     assert is_optimum(best["instance_count"], best["max_batch_size"], report["best"]["concurrency"]), (

@@ -208,3 +208,13 @@ def test_a_bls_model_names_the_models_it_calls(tmp_path: Path) -> None:
     (tmp_path / "plain" / "1" / "model.py").write_text('NAME = "sleepy"\n')  # names a model, calls none
     assert bls_targets(tmp_path / "pipeline", tmp_path) == ["sleepy"]
     assert bls_targets(tmp_path / "plain", tmp_path) == []
+
+
+def test_time_left_is_the_average_config_times_those_left() -> None:
+    from tcli.analyze.progress import time_left
+
+    assert time_left({"measured": 0, "spent": 0.0}, 8, 0) == "?"  # nothing measured yet
+    # two configs took 60 s: six more take 3 minutes, whatever the bar's recent speed
+    assert time_left({"measured": 2, "spent": 60.0, "started": None}, 8, 2) == "0:03:00"
+    # from the checkpoint: completed configs count as done, the average stays the measured ones'
+    assert time_left({"measured": 1, "spent": 45.0, "started": None}, 4, 3) == "0:00:45"
