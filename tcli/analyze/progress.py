@@ -90,8 +90,8 @@ class SearchProgress:
             total = int(task.total) if task.total is not None else "?"
             left = time_left(task.fields, task.total, task.completed)
             self.console.print(
-                f"analyze {self.model}: {int(task.completed)}/{total} configs ({what}); best so far "
-                f"{best or '-'}; ETA {left}",
+                f"analyze {self.model}: {int(task.completed)}/{total} configs ({what}); {best or '-'}; "
+                f"ETA {left}",
                 highlight=False,
                 soft_wrap=True,
             )
