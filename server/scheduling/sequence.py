@@ -45,6 +45,14 @@ sleeps until the oldest timestamp is `max_sequence_idle_microseconds` old (defau
 force-ends the sequence: its correlation ID is forgotten (a later request without START gets the
 START error) and its slot is released once the requests it already queued have run. The model sees
 nothing of this. A sequence still in the backlog is not ended; it is looked at again every 50 ms.
+
+Cancelled requests: a client that goes away while its request waits (in its slot's queue or the
+backlog) cancels the whole sequence, as Triton does: every request of it still waiting is answered
+CANCELLED, its correlation ID is forgotten and its slot frees.
+
+Long: the slots, their queues, the backlog and the idle reaper are one protocol under one lock
+(admission, batching, release, cancellation and idle ends each move requests between them); the
+pieces that stand alone live beside it (sequence_slots, sequence_controls, sequence_state).
 """
 
 from __future__ import annotations
@@ -58,7 +66,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from server.protocol.errors import invalid_arg, unavailable
+from server.protocol.errors import client_cancelled, invalid_arg, unavailable
 from server.protocol.types import InferenceRequest, InferenceResponse, Tensor
 from server.scheduling.batch import batch_key
 from server.scheduling.delay_knobs import backlog_delay_count, delay_count
@@ -217,6 +225,7 @@ class SequenceScheduler(Scheduler):
                 )
             self._touch(correlation_id, now)
             self._queued += 1
+            backlogged = False
             if ref is None:
                 if backlog is None and self._free:
                     ref = heap_pop(self._free)
@@ -232,11 +241,15 @@ class SequenceScheduler(Scheduler):
                     backlog.entries.append(entry)
                     if end:
                         self._seen.pop(correlation_id, None)
-                    return
-            if end:
-                del self._slots[correlation_id]
-                self._seen.pop(correlation_id, None)
-            self._to_slot(ref, correlation_id, entry)
+                    backlogged = True
+            if not backlogged:
+                assert ref is not None
+                if end:
+                    del self._slots[correlation_id]
+                    self._seen.pop(correlation_id, None)
+                self._to_slot(ref, correlation_id, entry)
+        # outside the lock: a request cancelled already is answered at once
+        request.when_cancelled(lambda: self._cancelled(correlation_id, item))
 
     def reschedule(self, item: WorkItem) -> bool:
         """Iterative sequences: the request goes back to its sequence's slot, without START or END (as
@@ -517,6 +530,50 @@ class SequenceScheduler(Scheduler):
         instance.done = True
         assert instance.batcher is not None
         instance.batcher.close()
+
+    # cancelled requests ----------------------------------------------------------------------------
+    def _cancelled(self, correlation_id: CorrelationId, item: WorkItem) -> None:
+        """A request's client went away while it waited (in its slot's queue or the backlog): as in
+        Triton, the whole sequence is cancelled, every request of it still waiting is answered
+        CANCELLED and its slot is freed. A request already taken into a batch runs on (a python model
+        sees is_cancelled())."""
+        with self._lock:
+            waiting = self._cancel_backlogged(correlation_id, item) or self._cancel_queued(
+                correlation_id, item
+            )
+            self._queued -= len(waiting)
+        for request in waiting:
+            request.complete(client_cancelled())
+
+    def _cancel_backlogged(self, correlation_id: CorrelationId, item: WorkItem) -> list[WorkItem]:
+        for backlog in self._backlogs:
+            if backlog.correlation_id == correlation_id and any(e[0] is item for e in backlog.entries):
+                self._backlogs.remove(backlog)
+                if self._backlog.get(correlation_id) is backlog:
+                    del self._backlog[correlation_id]
+                self._seen.pop(correlation_id, None)
+                return [e[0] for e in backlog.entries if e[0] is not None]
+        return []
+
+    def _cancel_queued(self, correlation_id: CorrelationId, item: WorkItem) -> list[WorkItem]:
+        for index, instance in enumerate(self._instances):
+            for slot, occupant in enumerate(instance.occupant):
+                queue = instance.queues[slot]
+                if occupant != correlation_id or not any(e[0] is item for e in queue):
+                    continue
+                waiting = [e[0] for e in queue if e[0] is not None]
+                queue.clear()
+                if self._slots.get(correlation_id) == (index, slot):
+                    del self._slots[correlation_id]
+                self._seen.pop(correlation_id, None)
+                queue.append(RELEASE)  # the slot frees once nothing of the sequence runs
+                if instance.batcher is not None:
+                    if not instance.in_flight[slot]:
+                        self._oldest_issue(index, instance, slot)
+                else:
+                    instance.ready.notify()
+                return waiting
+        return []
 
     # sequences that end without END --------------------------------------------------------------
     def _force_end(self, correlation_id: CorrelationId, ref: SlotRef) -> None:
