@@ -170,23 +170,20 @@ class DynamicBatcher(Scheduler):
         self.preserve_ordering = bool(dynamic_batching.preserve_ordering)
         self._key: BatchKeyFn = batched_key or _batched_key
 
-        # levels: index 0 <-> priority level 1 (or the only level when priority_levels is 0)
+        # levels by number (1 is the highest priority; the only level is 1 when priority_levels is 0),
+        # made when a request first uses one: a config may count 2**64 - 1 levels (Triton's qa loads
+        # such a model), so memory follows the levels used, never the levels counted
         self.priority_levels = int(dynamic_batching.priority_levels)
         count = max(1, self.priority_levels)
         default = int(dynamic_batching.default_priority_level)
         self.default_priority_level = default if 1 <= default <= count else count
-        policies = dynamic_batching.priority_queue_policy
-        self._levels = [
-            _Level(
-                policies[level]
-                if self.priority_levels and level in policies
-                else dynamic_batching.default_queue_policy
-            )
-            for level in range(1, count + 1)
-        ]
-        # the walk order: each level's queue, then its delayed queue (deques are never replaced)
-        self._queues = [q for level in self._levels for q in (level.queue, level.delayed)]
-        self._timed_levels = [level for level in self._levels if level.timeout_us > 0]
+        self._policies = dynamic_batching.priority_queue_policy if self.priority_levels else {}
+        self._default_policy = dynamic_batching.default_queue_policy
+        self._levels: dict[int, _Level] = {}
+        # the walk order: each used level's queue, then its delayed queue, highest priority first
+        # (deques are never replaced; the list is rebuilt when a level is first used)
+        self._queues: list[deque[tuple[WorkItem, Hashable]]] = []
+        self._timed_levels: list[_Level] = []
 
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # workers wait here
@@ -214,7 +211,7 @@ class DynamicBatcher(Scheduler):
         level_no = item.priority_level or request.priority
         if not 1 <= level_no <= self.priority_levels:  # 0 or out of range: the default level
             level_no = self.default_priority_level
-        level = self._levels[level_no - 1]
+        level = self._levels.get(level_no) or self._new_level(level_no)
         if self.priority_levels:
             item.priority_level = level_no  # resolved, for statistics
         timeout_us = level.timeout_us
@@ -242,6 +239,18 @@ class DynamicBatcher(Scheduler):
                 self._wake_rows = _NEVER
                 self._wake_key = key
                 self._work.notify()
+
+    def _new_level(self, number: int) -> _Level:
+        """The level `number`, made on its first use, and its place in the walk order."""
+        with self._lock:
+            level = self._levels.get(number)
+            if level is None:
+                policy = self._policies[number] if number in self._policies else self._default_policy
+                level = self._levels[number] = _Level(policy)
+                ordered = [self._levels[n] for n in sorted(self._levels)]
+                self._queues = [q for each in ordered for q in (each.queue, each.delayed)]
+                self._timed_levels = [each for each in ordered if each.timeout_us > 0]
+            return level
 
     def next_batch(self, worker: int = 0) -> list[WorkItem] | None:
         while True:

@@ -324,6 +324,24 @@ def test_higher_priority_requests_go_first_and_a_batch_may_span_levels() -> None
     assert tags(small.next_batch()) == ["low1"]
 
 
+def test_a_config_counting_every_priority_level_costs_only_the_levels_used() -> None:
+    # Triton's qa loads priority_levels 2**64 - 1: a queue per level counted would never fit in memory
+    most = 2**64 - 1
+    b = batcher(
+        8,
+        priority_levels=most,
+        default_priority_level=most,
+        priority_queue_policy={2**40: mc.ModelQueuePolicy(max_queue_size=1)},
+    )
+    enqueue(
+        b, Item("dflt"), Item("top", priority=1), Item("mid", priority=2**40), Item("low", priority=2**63)
+    )
+    with pytest.raises(TritonError, match="Exceeds maximum queue size"):  # that level's own policy
+        enqueue(b, Item("mid2", priority=2**40))
+    assert tags(b.next_batch()) == ["top", "mid", "low", "dflt"]  # highest priority first
+    assert b.pending() == 0
+
+
 def test_a_full_level_rejects_new_requests() -> None:
     b = batcher(
         8,
