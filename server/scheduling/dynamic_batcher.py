@@ -245,7 +245,7 @@ class DynamicBatcher(Scheduler):
         with self._lock:
             level = self._levels.get(number)
             if level is None:
-                policy = self._policies[number] if number in self._policies else self._default_policy
+                policy = self._policies.get(number, self._default_policy)  # (.get never inserts)
                 level = self._levels[number] = _Level(policy)
                 ordered = [self._levels[n] for n in sorted(self._levels)]
                 self._queues = [q for each in ordered for q in (each.queue, each.delayed)]

@@ -77,9 +77,9 @@ class SearchProgress:
     def done(self, best: str, resumed: bool = False) -> None:
         task = self.progress.tasks[0]
         fields = task.fields
-        started = fields.get("started")
+        started: float | None = fields.get("started")
         measured = started is not None  # a config from the checkpoint took no time
-        spent = fields["spent"] + (time.monotonic() - started if measured else 0.0)
+        spent = fields["spent"] + (time.monotonic() - started if started is not None else 0.0)
         count = fields["measured"] + (1 if measured else 0)
         self.progress.update(self.task, advance=1, best=best, measured=count, spent=spent, started=None)
         if resumed:
