@@ -115,7 +115,8 @@ def request_parameters(parameters: Any) -> tuple[dict[str, Any], bool]:
             if which != "bool_param":
                 raise invalid_arg(f"invalid value type for '{key}' parameter, expected bool_param.")
             empty_final = parameter.bool_param
-        elif which in ("int64_param", "bool_param", "string_param"):
+        elif which in ("int64_param", "bool_param", "string_param", "double_param"):
+            # double_param as Triton 2.51 takes it (its error message still names the other three)
             result[key] = getattr(parameter, which)
         else:
             raise invalid_arg(

@@ -317,17 +317,18 @@ def test_request_parameters_as_tritonclient_sends_them() -> None:
         sequence_end=False,
         priority=3,
         timeout=1000,
-        parameters={"custom": "x", "flag": True, "n": 7},
+        parameters={"custom": "x", "flag": True, "n": 7, "ratio": 0.25},
     )
     request, _ = codec.decode_infer_request(message)
     assert (request.model_name, request.model_version, request.id) == ("m", "2", "abc")
     assert request.correlation_id == 42
     assert request.sequence_start and not request.sequence_end
     assert (request.priority, request.timeout_us) == (3, 1000)
-    assert {k: request.parameters[k] for k in ("custom", "flag", "n")} == {
+    assert {k: request.parameters[k] for k in ("custom", "flag", "n", "ratio")} == {
         "custom": "x",
         "flag": True,
         "n": 7,
+        "ratio": 0.25,  # a double_param, as Triton 2.51 takes it
     }
 
 
@@ -368,8 +369,8 @@ def test_empty_final_response_flag() -> None:
         ("timeout", "string_param", "1", "invalid value type for 'timeout' parameter, expected int64_param."),
         (
             "custom",
-            "double_param",
-            1.5,
+            "uint64_param",
+            15,
             "invalid value type for 'custom' parameter, expected int64_param, bool_param, or string_param.",
         ),
         (
