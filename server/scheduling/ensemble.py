@@ -26,7 +26,9 @@ Infer = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
 _LOG = logging.getLogger("tcli.scheduling")
 
 # sequence and priority settings travel with every step, as Triton passes them through
-_PASS_THROUGH = ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout")
+# request parameters a front end consumed itself: every other one reaches each step, as Triton gives
+# every composing request the ensemble request's parameters
+_FRONT_END_ONLY = ("binary_data_output",)
 
 
 class EnsembleSchedule:
@@ -43,6 +45,7 @@ class EnsembleSchedule:
             for step in config.ensemble_scheduling.step
         ]
         self.outputs = [o.name for o in config.output]
+        self.optional_inputs = frozenset(i.name for i in config.input if i.optional)
 
     def composing_models(self) -> list[str]:
         return list(dict.fromkeys(model for model, _, _, _ in self.steps))
@@ -71,9 +74,13 @@ class EnsembleSchedule:
         return response
 
     async def _run(self, request: InferenceRequest, infer: Infer, version: str) -> InferenceResponse:
-        tensors: dict[str, Tensor] = {t.name: t for t in request.inputs}
+        # None stands for a tensor that will not come: an optional input the client left out, or an
+        # output a step did not return; a step that reads one runs without it, as in Triton (the
+        # composing model says whether it may)
+        tensors: dict[str, Tensor | None] = {name: None for name in self.optional_inputs}
+        tensors.update((t.name, t) for t in request.inputs)
         pending = list(range(len(self.steps)))
-        passed = {k: v for k, v in request.parameters.items() if k in _PASS_THROUGH}
+        passed = {k: v for k, v in request.parameters.items() if k not in _FRONT_END_ONLY}
         while pending:
             ready = [i for i in pending if all(t in tensors for t in self.steps[i][2].values())]
             if not ready:
@@ -88,22 +95,25 @@ class EnsembleSchedule:
                 tensors.update(produced)
             pending = [i for i in pending if i not in ready]
         wanted = [o.name for o in request.outputs] or self.outputs
-        outputs = [tensors[name] for name in self.outputs if name in wanted and name in tensors]
+        outputs = [
+            tensor for name in self.outputs if name in wanted and (tensor := tensors.get(name)) is not None
+        ]
         return InferenceResponse(self.name, version, request.id, outputs)
 
     async def _step(
         self,
         index: int,
-        tensors: dict[str, Tensor],
+        tensors: dict[str, Tensor | None],
         request_id: str,
         parameters: dict[str, object],
         infer: Infer,
         trace: Trace | None,
-    ) -> dict[str, Tensor]:
+    ) -> dict[str, Tensor | None]:
         model, model_version, input_map, output_map = self.steps[index]
         inputs = [
-            Tensor(model_input, tensors[name].datatype, tensors[name].shape, tensors[name].data)
+            Tensor(model_input, tensor.datatype, tensor.shape, tensor.data)
             for model_input, name in input_map.items()
+            if (tensor := tensors[name]) is not None
         ]
         step_request = InferenceRequest(
             model,
@@ -121,7 +131,7 @@ class EnsembleSchedule:
             raise TritonError(
                 error.code, f"in ensemble '{self.name}', step {index} ({model}): {error.message}"
             ) from None
-        produced = {}
+        produced: dict[str, Tensor | None] = dict.fromkeys(output_map.values())  # None: not returned
         for tensor in response.outputs:
             name = output_map.get(tensor.name)
             if name is not None:
