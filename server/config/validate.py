@@ -198,6 +198,7 @@ def _check_versions(config: ModelConfig, folder: ModelFolder, found: Findings) -
                     f"version {version} is specified for model '{m}', but the version directory is not present",
                     f"create {folder.path}/{version}/ or remove {version} from version_policy specific",
                     ("version_policy", str(version)),
+                    blocks_load=False,  # Triton logs it and serves the versions that are there
                 )
     if not select_versions(policy, folder.versions):
         found.error(

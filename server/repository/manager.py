@@ -380,6 +380,16 @@ class ModelManager:
                 if not any(r.folder(name) for r in self.repositories):  # known through its files only
                     del self._models[name]  # as Triton, which lists what its repositories hold
             self._notify(name)
+            dependents = [
+                other.name
+                for other in self._models.values()
+                if any(
+                    e.ensemble is not None and name in e.ensemble.composing_models()
+                    for e in other.versions.values()
+                )
+            ]
+        for dependent in dependents:  # an ensemble goes with a model it runs, as in Triton
+            self.unload(dependent)
 
     def forget(self, name: str, repository: Repository | None = None) -> None:
         """A model whose folder is gone: unload it and drop it from the index (and its local copy)."""
@@ -473,6 +483,9 @@ class ModelManager:
             backend_directory=self.options.backend_directory,
         )
         blocking = [p for p in report.problems if p.severity == "error" and p.blocks_load]
+        for problem in report.problems:  # what Triton loads anyway, it logs
+            if problem.severity == "error" and not problem.blocks_load:
+                log.warning("%s", problem.message)
         served = ServedModel(folder.name, folder.path, report.config, fingerprint=fingerprint, agents=agents)
         if blocking or report.config is None:
             reason = TritonError(ErrorCode.INVALID_ARG, blocking[0].message if blocking else "invalid config")

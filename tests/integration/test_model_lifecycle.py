@@ -1,0 +1,74 @@
+"""Model lifecycle cases of Triton's qa/L0_lifecycle that tcli answered otherwise: a version policy
+naming a version folder that is not there still serves the versions that are (Triton logs the
+missing one), and a model's ensembles go when it is unloaded."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from server.repository.manager import ControlMode, ModelManager
+from server.repository.models import ModelState
+
+ROOT = Path(__file__).resolve().parents[2]
+
+ENSEMBLE = """
+name: "pair"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "A" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "B" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "SUM" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling { step [ {
+  model_name: "add_sub" model_version: -1
+  input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+  output_map { key: "OUTPUT0" value: "SUM" }
+} ] }
+"""
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "model_repository" / "add_sub", tmp_path / "add_sub")
+    return tmp_path
+
+
+@pytest.fixture
+def manager(repo: Path) -> Iterator[ModelManager]:
+    manager = ModelManager([repo], ControlMode.EXPLICIT)
+    try:
+        yield manager
+    finally:
+        manager.shutdown()
+
+
+def _states(manager: ModelManager, name: str) -> dict[str, str]:
+    return {
+        row["version"]: row["state"] for row in manager.index() if row["name"] == name and "version" in row
+    }
+
+
+def test_a_policy_naming_a_missing_version_serves_the_versions_present(
+    repo: Path, manager: ModelManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = repo / "add_sub" / "config.pbtxt"
+    config.write_text(config.read_text() + "\nversion_policy: { specific { versions: [ 1, 3 ] } }\n")
+    with caplog.at_level(logging.WARNING, logger="tcli"):
+        manager.load("add_sub")
+    assert _states(manager, "add_sub") == {"1": ModelState.READY}
+    assert (
+        "version 3 is specified for model 'add_sub', but the version directory is not present" in caplog.text
+    )
+
+
+def test_unloading_a_model_unloads_the_ensembles_that_use_it(repo: Path, manager: ModelManager) -> None:
+    (repo / "pair" / "1").mkdir(parents=True)
+    (repo / "pair" / "config.pbtxt").write_text(ENSEMBLE)
+    manager.load("pair")  # loads add_sub with it
+    assert _states(manager, "pair") == {"1": ModelState.READY}
+    manager.unload("add_sub")
+    assert _states(manager, "pair") == {"1": ModelState.UNAVAILABLE}
+    assert _states(manager, "add_sub") == {"1": ModelState.UNAVAILABLE}
