@@ -468,10 +468,10 @@ class InferenceService:
         if config_json:
             from google.protobuf import json_format
 
-            from server.config.parse import new_config
+            from server.protocol.config_json import parse_override
 
             try:
-                override = json_format.Parse(config_json, new_config())
+                override = parse_override(config_json)
             except json_format.ParseError as exc:
                 # Triton's words for a config it cannot read (a failed repository poll); its 500 is a
                 # 400 here, the request being at fault. The parser's message goes to the log.

@@ -66,6 +66,51 @@ def from_json_dict(data: dict[str, Any]) -> ModelConfig:
     return json_format.ParseDict(data, ModelConfig())
 
 
+def parse_override(text: str) -> ModelConfig:
+    """A load request's JSON config, read as Triton reads it: a repeated message field may be given
+    as one object (`"instance_group": {"count": 2}`) as well as a list. Raises json_format.ParseError
+    for text that is not such a config."""
+    from google.protobuf import json_format
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise json_format.ParseError(str(exc)) from None
+    if not isinstance(data, dict):
+        raise json_format.ParseError("a model config must be a JSON object")
+    try:
+        return json_format.ParseDict(_lists_for_repeated(data, ModelConfig.DESCRIPTOR), ModelConfig())
+    except json_format.ParseError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a value of an unexpected shape
+        raise json_format.ParseError(f"{type(exc).__name__}: {exc}") from None
+
+
+def _lists_for_repeated(value: Any, descriptor: Any) -> Any:
+    """`value` with a lone object given for a repeated message field wrapped in a list, recursively."""
+    if not isinstance(value, dict):
+        return value
+    out = dict(value)
+    for key, item in value.items():
+        field = descriptor.fields_by_name.get(key) or descriptor.fields_by_camelcase_name.get(key)
+        if field is None or field.message_type is None or field.message_type.GetOptions().map_entry:
+            continue
+        if _repeated(field):
+            items = [item] if isinstance(item, dict) else item
+            if isinstance(items, list):
+                out[key] = [_lists_for_repeated(each, field.message_type) for each in items]
+        else:
+            out[key] = _lists_for_repeated(item, field.message_type)
+    return out
+
+
+def _repeated(field: Any) -> bool:
+    """protobuf 6.x has `is_repeated` (a property) and deprecates `label`; older ones only `label`."""
+    flag = getattr(field, "is_repeated", None)
+    return flag if isinstance(flag, bool) else bool(field.label == field.LABEL_REPEATED)
+
+
 @functools.cache
 def _int64_types() -> frozenset[int]:
     from google.protobuf.descriptor import FieldDescriptor

@@ -72,3 +72,23 @@ def test_unloading_a_model_unloads_the_ensembles_that_use_it(repo: Path, manager
     manager.unload("add_sub")
     assert _states(manager, "pair") == {"1": ModelState.UNAVAILABLE}
     assert _states(manager, "add_sub") == {"1": ModelState.UNAVAILABLE}
+
+
+def test_an_override_may_give_a_repeated_field_as_one_object(repo: Path) -> None:
+    import json
+
+    import tritonclient.http as httpclient
+
+    from server.app import Server, ServerSettings
+
+    settings = ServerSettings([repo], ControlMode.EXPLICIT, host="127.0.0.1", http_port=0, allow_grpc=False)
+    with Server(settings) as server:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+        config = {
+            "backend": "python",
+            "input": [{"name": n, "data_type": "TYPE_FP32", "dims": [4]} for n in ("INPUT0", "INPUT1")],
+            "output": [{"name": n, "data_type": "TYPE_FP32", "dims": [4]} for n in ("OUTPUT0", "OUTPUT1")],
+            "instance_group": {"count": 2, "kind": "KIND_CPU"},  # an object, not a list: Triton takes it
+        }
+        client.load_model("add_sub", config=json.dumps(config))
+        assert client.get_model_config("add_sub")["instance_group"][0]["count"] == 2
