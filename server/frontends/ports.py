@@ -80,10 +80,20 @@ def port_problem(listeners: list[Listener]) -> str | None:
     named = [f"{listener.flag} {listener.port}" for listener in taken]
     what = named[0] + " is" if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1] + " are"
     fix = " ".join(f"{listener.flag} 0" for listener in taken)
+    # first Triton's own line for the service it would have failed on first (scripts grep for it)
+    first = min(taken, key=lambda listener: list(_SERVICES).index(listener.flag))
+    triton = (
+        f"failed to start {_SERVICES[first.flag]} service: Unavailable - Socket "
+        f"'{first.address}:{first.port}' already in use"
+    )
     return (
-        f"{what} in use (another server listens there): stop that server, or pick other ports "
+        f"{triton}; {what} in use (another server listens there): stop that server, or pick other ports "
         f"({fix} takes free ones)"
     )
+
+
+# the front ends in the order tritonserver starts them, named as its start-up errors name them
+_SERVICES = {"--grpc-port": "GRPC", "--http-port": "HTTP", "--metrics-port": "Metrics"}
 
 
 class PortInUseError(OSError):

@@ -212,7 +212,9 @@ def test_ports_in_use_are_named_before_any_model_loads(tmp_path: Path) -> None:
         )
         assert result.returncode == 1
         assert result.stderr.strip() == (
-            f"error: --http-port {http_port} and --grpc-port {grpc_port} are in use (another server "
+            # Triton's words for the first service it starts (gRPC), which its scripts grep for, then ours
+            f"error: failed to start GRPC service: Unavailable - Socket '0.0.0.0:{grpc_port}' already in use; "
+            f"--http-port {http_port} and --grpc-port {grpc_port} are in use (another server "
             "listens there): stop that server, or pick other ports (--http-port 0 --grpc-port 0 takes free ones)"
         )
         assert not (tmp_path / "loaded").exists()  # failed before loading any model
