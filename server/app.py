@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from server.backends.base import DEFAULT_BACKEND_DIRECTORY
+from server.frontends.header_forward import HeaderForward
 from server.frontends.ports import Listener, PortInUseError, bind_problem
 from server.frontends.tls import ServerTls, TlsSettings, load_tls
 from server.logs import LogSettings
@@ -94,6 +95,10 @@ class ServerSettings:
     # carry (server/protocol/restricted.py parses the flags)
     http_restricted_api: dict[str, Restriction] = field(default_factory=dict)
     grpc_restricted_protocol: dict[str, Restriction] = field(default_factory=dict)
+    # --http-header-forward-pattern, --grpc-header-forward-pattern: matching headers reach the model
+    # as request parameters ("" forwards none)
+    http_header_forward_pattern: str = ""
+    grpc_header_forward_pattern: str = ""
     # TLS (server/frontends/tls.py): gRPC with tritonserver's flags; HTTP with flags named after them
     # (Triton serves no HTTPS). Mutual TLS implies TLS, as tritonserver's --grpc-use-ssl-mutual does.
     grpc_use_ssl: bool = False
@@ -311,6 +316,7 @@ class Server:
                 allow_client_shm=settings.allow_client_shm,
                 shm_registry=self.shm_registry,
                 restricted=settings.http_restricted_api,
+                header_forward=HeaderForward(settings.http_header_forward_pattern),
             )
             handle = await serve_http(
                 app,
@@ -356,6 +362,7 @@ class Server:
                 shm_registry=self.shm_registry,
                 implementation=settings.grpc_implementation,
                 restricted=settings.grpc_restricted_protocol,
+                header_forward=HeaderForward(settings.grpc_header_forward_pattern),
                 tls=self.grpc_tls,
                 max_message_size=settings.grpc_max_message_size,
                 max_concurrent_streams=settings.grpc_max_concurrent_streams,

@@ -30,9 +30,7 @@ FLAGS: dict[str, Flag] = {
     "enable-peer-access": Flag(GPU),
     # HTTP
     "http-thread-count": Flag("tcli serves HTTP from one event loop; no effect"),
-    "http-header-forward-pattern": Flag(LATER),
     # gRPC
-    "grpc-header-forward-pattern": Flag(LATER),
     "grpc-infer-allocation-pool-size": Flag(GPU),
     "grpc-infer-response-compression-level": Flag(LATER),
     "grpc-keepalive-time": Flag(GPU),

@@ -35,6 +35,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from server.frontends.grpc_restricted import guard
+from server.frontends.header_forward import NO_FORWARD, HeaderForward
 from server.protocol import grpc_codec as codec
 from server.protocol import grpc_messages as messages
 from server.protocol.errors import ErrorCode, TritonError, unavailable
@@ -75,8 +76,10 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
         allow_client_shm: bool = False,
         shm_registry: SharedMemoryRegistry | None = None,
         restricted: Restrictions | None = None,
+        header_forward: HeaderForward = NO_FORWARD,
     ) -> None:
         self.service = service
+        self.header_forward = header_forward  # --grpc-header-forward-pattern
         self.allow_client_shm = allow_client_shm
         self._owns_shm = shm_registry is None
         self.shm = SharedMemoryRegistry() if shm_registry is None else shm_registry
@@ -176,6 +179,8 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
             if admission.decoupled:
                 raise TritonError(ErrorCode.UNSUPPORTED, DECOUPLED_MODEL_INFER)
             infer_request, _ = self._decode(request, admission)
+            if self.header_forward.enabled:
+                self.header_forward.apply(infer_request, context.invocation_metadata() or ())
             if waited:
                 trace = self._trace(infer_request, context, waited)
             response = await self.service.infer(infer_request, admission)
@@ -210,6 +215,8 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
         trace = None
         try:
             request, empty_final = self._decode(message, admission)
+            if self.header_forward.enabled:
+                self.header_forward.apply(request, context.invocation_metadata() or ())
             if waited:
                 trace = self._trace(request, context, waited)
             async with contextlib.aclosing(self.service.infer_stream(request, admission)) as items:
@@ -464,6 +471,7 @@ async def serve_grpc(
     tls: ServerTls | None = None,
     max_concurrent_streams: int = 1024,
     read_timeout: float = 30.0,
+    header_forward: HeaderForward = NO_FORWARD,
 ) -> GrpcServerHandle | NativeGrpcServerHandle:
     """Serve GRPCInferenceService and Health for `service` on host:port (0: any free port; the handle
     tells which) from the running event loop. `allow_client_shm` enables client system shared memory
@@ -474,11 +482,16 @@ async def serve_grpc(
     `max_message_size` bounds messages both ways, `max_concurrent_streams` a connection's calls at
     once; with the native transport, a connection that stalls inside a frame (or before its preface)
     closes after `read_timeout` seconds. `restricted`: the groups --grpc-restricted-protocol
-    restricts. Raises OSError when the address cannot be bound."""
+    restricts; `header_forward` the metadata --grpc-header-forward-pattern passes to the model.
+    Raises OSError when the address cannot be bound."""
     if implementation not in GRPC_IMPLEMENTATIONS:
         raise ValueError(f"unknown gRPC implementation {implementation!r}: use native or grpcio")
     frontend = GrpcFrontend(
-        service, allow_client_shm=allow_client_shm, shm_registry=shm_registry, restricted=restricted
+        service,
+        allow_client_shm=allow_client_shm,
+        shm_registry=shm_registry,
+        restricted=restricted,
+        header_forward=header_forward,
     )
     if implementation == "native":
         from server.frontends.grpc_native import serve_native

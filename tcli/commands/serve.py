@@ -5,6 +5,7 @@ tritonserver flag is accepted with a warning, or refused with the reason (tcli/s
 from __future__ import annotations
 
 import enum
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -145,6 +146,9 @@ def serve(
             "trace, logging."
         ),
     ] = None,
+    http_header_forward_pattern: Annotated[
+        str, typer.Option(help="Regex: inference request headers it matches reach the model as parameters.")
+    ] = "",
     http_header_timeout: Annotated[
         float, typer.Option(help="Seconds a request head may take to arrive; then 408 and close.")
     ] = 30.0,
@@ -179,6 +183,10 @@ def serve(
             "without the metadata triton-grpc-protocol-<key>; same groups as --http-restricted-api."
         ),
     ] = None,
+    grpc_header_forward_pattern: Annotated[
+        str,
+        typer.Option(help="Regex: inference request metadata it matches reaches the model as parameters."),
+    ] = "",
     grpc_use_ssl: Annotated[
         str, typer.Option(metavar="BOOLEAN", help="Serve gRPC over TLS (needs --grpc-server-cert and -key).")
     ] = "false",
@@ -355,6 +363,14 @@ def serve(
         grpc_restrictions = restricted.parse_grpc_restricted_protocol(grpc_restricted_protocol or [])
     except restricted.RestrictionSpecError as exc:  # tritonserver exits 1 on these too
         raise CliError(str(exc)) from None
+    for flag, pattern in (
+        ("--http-header-forward-pattern", http_header_forward_pattern),
+        ("--grpc-header-forward-pattern", grpc_header_forward_pattern),
+    ):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise CliError(f"{flag} '{pattern}' is not a regular expression: {exc}") from None
     try:
         limited = rate_limiter.parse_rate_limit(rate_limit)
         resources = [rate_limiter.parse_resource(value) for value in rate_limit_resource or []]
@@ -443,6 +459,8 @@ def serve(
         backend_directory=backend_directory,
         http_restricted_api=http_restrictions,
         grpc_restricted_protocol=grpc_restrictions,
+        http_header_forward_pattern=http_header_forward_pattern,
+        grpc_header_forward_pattern=grpc_header_forward_pattern,
         # tritonserver's parser turns TLS on for --grpc-use-ssl-mutual whatever its value
         grpc_use_ssl=_flag("grpc-use-ssl", grpc_use_ssl) or grpc_use_ssl_mutual is not None,
         grpc_use_ssl_mutual=grpc_use_ssl_mutual is not None

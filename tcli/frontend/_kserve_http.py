@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tcli.frontend._service import Service, check, check_common, no_effect
+from tcli.frontend._service import Service, check, check_common
 from tcli.inprocess import InvalidArgumentError, Server
 
 
@@ -20,7 +20,7 @@ class KServeHttp(Service):
         port: int = 8000
         reuse_port: bool = False
         thread_count: int = 8  # no effect: tcli's front end runs on the server's event loop
-        header_forward_pattern: str = ""  # no effect (tcli serve ignores --http-header-forward-pattern)
+        header_forward_pattern: str = ""  # as --http-header-forward-pattern
         # tcli's own: groups of APIs a client must carry a header for, as --http-restricted-api takes
         # them ("model-repository,model-config:admin-key=admin-value")
         restricted_features: list[str] = field(default_factory=list)
@@ -38,9 +38,15 @@ class KServeHttp(Service):
 
     def __init__(self, server: Server, options: KServeHttp.Options | None = None) -> None:
         super().__init__(server, options, KServeHttp.Options, "KServeHttp")
-        if self.options.header_forward_pattern:
-            no_effect("KServeHttp", "header_forward_pattern", self.options.header_forward_pattern)
+        import re
+
+        from server.frontends.header_forward import HeaderForward
         from server.protocol.restricted import RestrictionSpecError, parse_http_restricted_api
+
+        try:
+            self._header_forward = HeaderForward(self.options.header_forward_pattern)
+        except re.error as error:
+            raise InvalidArgumentError(f"header_forward_pattern: not a regular expression: {error}") from None
 
         try:
             self._restricted = parse_http_restricted_api(self.options.restricted_features)
@@ -58,6 +64,7 @@ class KServeHttp(Service):
             allow_client_shm=settings.allow_client_shm,
             shm_registry=app.shm_registry,
             restricted=self._restricted,
+            header_forward=self._header_forward,
         )
         return await serve_http(
             frontend,

@@ -25,6 +25,7 @@ from urllib.parse import unquote
 
 import orjson
 
+from server.frontends.header_forward import NO_FORWARD, HeaderForward
 from server.frontends.http.asgi_io import (
     JSON,
     Disconnected,
@@ -91,8 +92,10 @@ class HttpFrontend:
         allow_client_shm: bool,
         shm_registry: SharedMemoryRegistry | None = None,
         restricted: Restrictions | None = None,
+        header_forward: HeaderForward = NO_FORWARD,
     ) -> None:
         self.service = service
+        self.header_forward = header_forward  # --http-header-forward-pattern
         self._restrictions = HttpRestrictions(restricted or {})
         self.restricted_inference = self._restrictions.inference
         self.max_input_size = max_input_size
@@ -219,6 +222,8 @@ class HttpFrontend:
                 ErrorCode.UNSUPPORTED,
                 "HTTP end point doesn't support models with decoupled transaction policy",
             )
+        if self.header_forward.enabled:
+            self.header_forward.apply(request, headers.all)
         if received:
             stamps = ((HTTP_RECV_START, headers.began_ns or received), (HTTP_RECV_END, received))
             headers.trace = service.sample_trace(request, headers.traceparent.decode("latin-1"), stamps)
@@ -518,12 +523,14 @@ def create_http_app(
     allow_client_shm: bool = False,
     shm_registry: SharedMemoryRegistry | None = None,
     restricted: Restrictions | None = None,
+    header_forward: HeaderForward = NO_FORWARD,
 ) -> HttpFrontend:
     """The ASGI app of the KServe v2 REST API over `service`. `max_input_size` bounds request bodies
     (tritonserver --http-max-input-size); `allow_client_shm` enables client system shared memory
     (--allow-client-shm), in `shm_registry` if given (to share the regions with another front end);
-    `restricted` the groups --http-restricted-api restricts."""
-    return HttpFrontend(service, max_input_size, allow_client_shm, shm_registry, restricted)
+    `restricted` the groups --http-restricted-api restricts, `header_forward` the headers
+    --http-header-forward-pattern passes to the model."""
+    return HttpFrontend(service, max_input_size, allow_client_shm, shm_registry, restricted, header_forward)
 
 
 _MODEL = r"/v2/models/([^/]++)(?:/versions/([0-9]+))?"  # a model, and a version when one is named

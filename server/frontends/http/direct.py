@@ -5,6 +5,7 @@ the front end can be served by any transport and the transport by any app."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -23,11 +24,13 @@ class InferHeaders:
     traceparent: bytes = b""  # a client's W3C trace context (OpenTelemetry tracing continues it)
     began_ns: int = 0  # when its head was read, taken only while tracing is on
     trace: Trace | None = None  # the request's trace, when it was sampled: the transport ends it
+    all: Sequence[tuple[bytes, bytes]] = ()  # every header (--http-header-forward-pattern reads them)
 
     @classmethod
     def of(cls, headers: list[tuple[bytes, bytes]]) -> InferHeaders:
         """From lower-cased (name, value) pairs, as ASGI and the HTTP protocol hold them."""
         found = cls()
+        found.all = headers
         for key, value in headers:
             if key == b"content-length":
                 found.content_length = int(value) if value.isdigit() else -1
