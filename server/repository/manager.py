@@ -107,6 +107,7 @@ class ModelManager:
         self._origins: dict[str, Repository] = {}  # the repository each model was last loaded from
         self._request_files: dict[str, RequestFiles] = {}  # models loaded from their load request's files
         self._starting = False  # load_startup is running: one heap trim at its end, not one per model
+        self._missing_at_startup: list[str] = []  # --load-model names no repository holds
 
     # discovery -------------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -233,6 +234,10 @@ class ModelManager:
             f"failed to read model repository '{label}': {error}"
             for label, error in self.repository_errors().items()
         ]
+        failures += [
+            f"failed to poll model '{name}': model not found in any model repository."
+            for name in self._missing_at_startup
+        ]
         for name, model in sorted(self._models.items()):
             for version, entry in sorted(model.versions.items()):
                 if entry.state != ModelState.READY and entry.reason != _UNLOADED:
@@ -249,6 +254,12 @@ class ModelManager:
 
         if self.mode == ControlMode.EXPLICIT and "*" not in (load_models or []):
             names = list(load_models or [])
+            known = self.folders()
+            # a --load-model name in no repository fails start-up, as in Triton
+            self._missing_at_startup = [name for name in names if name not in known]
+            for name in self._missing_at_startup:
+                log.error("failed to poll model '%s': model not found in any model repository.", name)
+            names = [name for name in names if name in known]
         else:
             names = list(self.folders())
         self._starting = True

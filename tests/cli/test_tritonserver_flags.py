@@ -110,6 +110,21 @@ def test_a_model_failing_at_start_up_exits_unless_told_otherwise(repo: Path) -> 
         server.stop()
 
 
+def test_a_load_model_no_repository_holds_fails_start_up_as_in_triton(repo: Path) -> None:
+    flags = ["--model-control-mode=explicit", "--load-model=does-not-exist"]
+    result = run_tcli(
+        "serve", str(repo), *flags, "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"
+    )
+    assert result.returncode == 1
+    assert "failed to poll model 'does-not-exist': model not found in any model repository." in result.stderr
+    assert "error: creating server: Internal - failed to load all models" in result.stderr
+    server = ServeProcess(str(repo), *flags, "--exit-on-error=false")
+    try:
+        assert get(f"http://{server.http_url}/v2/health/live")[0] == 200
+    finally:
+        server.stop()
+
+
 def test_server_flags_that_tcli_implements(repo: Path, tmp_path: Path) -> None:
     # an ONNX model without a config: auto-completed, with --backend-config's default batch size
     shutil.copytree(EXAMPLES / "simple" / "1", repo / "auto" / "1")
