@@ -89,8 +89,14 @@ def input_tensor(name: str, array: npt.NDArray[Any], wire_type: str) -> Tensor:
 
 
 def tensor_storage(tensor: Tensor) -> npt.NDArray[Any]:
-    """The array behind a Tensor, BF16 included (as uint16 bits)."""
-    return tensor._array
+    """The array behind a Tensor as the server carries it, on either side of the process hop: BF16 as
+    its uint16 bits, BYTES as an object array. A fixed-width bytes_ array becomes one (elements lose
+    their trailing NULs, as Triton's serialize_byte_tensor drops them), so that no path has to know
+    numpy's 'S' layout."""
+    array = tensor._array
+    if array.dtype.kind == "S":
+        return array.astype(object)
+    return array
 
 
 def dtype_to_wire(triton_dtype: int) -> str:
