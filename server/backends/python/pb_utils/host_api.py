@@ -90,13 +90,10 @@ def input_tensor(name: str, array: npt.NDArray[Any], wire_type: str) -> Tensor:
 
 def tensor_storage(tensor: Tensor) -> npt.NDArray[Any]:
     """The array behind a Tensor as the server carries it, on either side of the process hop: BF16 as
-    its uint16 bits, BYTES as an object array. A fixed-width bytes_ array becomes one (elements lose
-    their trailing NULs, as Triton's serialize_byte_tensor drops them), so that no path has to know
-    numpy's 'S' layout."""
-    array = tensor._array
-    if array.dtype.kind == "S":
-        return array.astype(object)
-    return array
+    its uint16 bits, BYTES as an object array of bytes (converted when the Tensor was made: numpy
+    bytes_ and str elements never reach the server)."""
+    wire = tensor._wire
+    return tensor._array if wire is None else wire
 
 
 def dtype_to_wire(triton_dtype: int) -> str:
