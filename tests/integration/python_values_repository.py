@@ -114,6 +114,8 @@ class TritonPythonModel:
         for request in requests:
             spec = json.loads(pb_utils.get_input_tensor_by_name(request, "SPEC").as_numpy()[0])
             tensors = [tensor(t) for t in spec["tensors"]]
+            # parameters= only when there are some: Triton 2.51 has no such argument
+            extra = {"parameters": spec["parameters"]} if spec.get("parameters") else {}
             error = spec.get("error")
             if error is not None:
                 code = getattr(pb_utils.TritonError, error["code"])
@@ -126,11 +128,9 @@ class TritonPythonModel:
                 ).exec()
                 if answer.has_error():
                     raise pb_utils.TritonModelException(answer.error().message())
-                response = pb_utils.InferenceResponse(
-                    answer.output_tensors(), parameters=spec.get("parameters") or None
-                )
+                response = pb_utils.InferenceResponse(answer.output_tensors(), **extra)
             else:
-                response = pb_utils.InferenceResponse(tensors, parameters=spec.get("parameters") or None)
+                response = pb_utils.InferenceResponse(tensors, **extra)
             if spec["via"] == "sender":
                 request.get_response_sender().send(
                     response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -171,7 +171,8 @@ class TritonPythonModel:
                 outputs.append(tensor)
             report = {"inputs": {t.name(): seen(t) for t in request.inputs()}, "parameters": parameters}
             report["id"] = request.request_id()
-            outputs.append(pb_utils.Tensor("SEEN", np.array([json.dumps(report).encode()], dtype=object)))
+            text = json.dumps(report, sort_keys=True)  # Triton orders inputs as its hash map does
+            outputs.append(pb_utils.Tensor("SEEN", np.array([text.encode()], dtype=object)))
             responses.append(pb_utils.InferenceResponse(outputs))
         return responses
 """
