@@ -224,6 +224,17 @@ def tensor_specs(
     return spec
 
 
+# a request's parameters may be floats too (a response's are bool, int or str)
+_REQUEST_PARAMETERS = st.dictionaries(
+    st.text("abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=5),
+    st.one_of(
+        st.booleans(),
+        st.integers(-(2**63), 2**63 - 1),
+        st.text(max_size=5),
+        st.floats(allow_nan=False, allow_infinity=False),
+    ),
+    max_size=3,
+)
 _PARAMETERS = st.dictionaries(
     st.text("abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=5),
     st.one_of(st.booleans(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=5)),
@@ -322,6 +333,9 @@ def client_inputs(
     inputs = []
     for datatype in chosen:
         kind = {"BYTES": "bytes", "BF16": "BF16"}.get(datatype) or _KINDS_BY_DATATYPE[datatype]
+        if draw(st.integers(0, 9)) == 7:  # now and then larger than the default shared memory
+            inputs.append((datatype, _large_input(kind, draw(st.integers(1, 3)))))
+            continue
         shape = draw(st.lists(st.integers(0, 3), min_size=1, max_size=3))
         count = int(np.prod(shape))
         values = draw(st.lists(_CLIENT_ELEMENTS[kind], min_size=count, max_size=count))
@@ -334,6 +348,17 @@ def client_inputs(
             array = np.array(values, dtype=kind)
         inputs.append((datatype, array.reshape(shape)))
     return inputs
+
+
+def _large_input(kind: str, rank: int) -> np.ndarray[Any, Any]:
+    """About 1.5 MB of `kind`, of `rank` dimensions: through the shared input arena."""
+    fill = np.arange(3 << 18) % 100
+    if kind == "bytes":
+        array = np.empty(fill.size, dtype=object)
+        array[:] = [bytes([v]) for v in fill.tolist()]
+    else:
+        array = fill.astype(ml_dtypes.bfloat16 if kind == "BF16" else kind)
+    return array.reshape([1] * (rank - 1) + [fill.size])
 
 
 _KINDS_BY_DATATYPE = {_datatype(k): k for k in _ELEMENTS if _datatype(k) not in ("BYTES", "BF16")}
@@ -351,7 +376,7 @@ def torch_int16() -> Any:
 
 
 @VALUES
-@given(tensors=client_inputs(), parameters=_PARAMETERS, request_id=st.text(max_size=8))
+@given(tensors=client_inputs(), parameters=_REQUEST_PARAMETERS, request_id=st.text(max_size=8))
 def test_what_a_client_sends_reaches_the_model_alike_on_both_paths(
     servers: dict[str, ServeProcess],
     tensors: list[tuple[str, np.ndarray[Any, Any]]],

@@ -6,7 +6,8 @@ lacks; no array of non-native byte order, which it refuses: README, Deliberate d
 tcli serves the repository as by default (instances in processes of their own); the other path is
 held to this one by test_python_values.py. Errors are compared by their status and their first
 line: Triton's `At:` also lists its own helpers' frames. Triton's strings end at a NUL (its C
-strings): the strings a client sends here have none, an error's text is compared up to one.
+strings): the strings a client sends here have none, an error's text is compared up to one. Nor
+does a client send float parameters here: Triton's JSON parser may change their last digit.
 """
 
 from __future__ import annotations
