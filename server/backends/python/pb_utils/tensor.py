@@ -32,8 +32,9 @@ def _check_tensor_name(name: object) -> str:
 class Tensor:
     """A named tensor in CPU memory: `Tensor(name, numpy_array)`.
 
-    BYTES tensors are numpy object arrays of bytes (str elements are sent as UTF-8). Like Triton, the
-    array must be an np.ndarray (not a list or numpy scalar), and numpy str_ arrays are refused."""
+    BYTES tensors are numpy object arrays of bytes, or numpy bytes_ arrays (str and other elements
+    are sent as their UTF-8; as_numpy() gives back the array given, as Triton's does). Like Triton,
+    the array must be an np.ndarray (not a list or numpy scalar), and numpy str_ arrays are refused."""
 
     __slots__ = ("_array", "_dtype", "_name", "_wire")
 
