@@ -83,6 +83,10 @@ def input_tensor(name: str, array: npt.NDArray[Any], wire_type: str) -> Tensor:
     """An input tensor the server decoded and checked against the config: not checked again (a
     request's inputs cost the most of what execute() gets). BF16 arrays hold the raw 16-bit values."""
     triton_dtype = datatypes.BY_WIRE[wire_type].number
+    if not array.flags.writeable:
+        # a view of the request's own bytes (gRPC) or of a BLS caller's array: the model gets a copy
+        # it may write to, as Triton's gets one in shared memory and the process hop makes one
+        array = array.copy()
     if triton_dtype == TYPE_BF16 and array.dtype != np.uint16:
         array = array.view(np.uint16)
     return _tensor_from_storage(name, array, triton_dtype)
