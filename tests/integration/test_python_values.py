@@ -305,15 +305,26 @@ def _fixed(name: str, kind: str, values: list[Any], shape: list[int], layout: st
 
 
 @VALUES
-@given(spec=answers())
+@given(spec=answers(), protocol=st.sampled_from(("http", "grpc")))
 # numpy's fixed-width bytes_, returned (Triton's qa model string_fixed): the hop once sent them raw
-@example(spec={"via": "return", "tensors": [_fixed("BYTES_1", "S", ["313233343536", "6162"], [2])]})
-@example(spec={"via": "bls", "tensors": [_fixed("BYTES_2", "S", ["00", "61", "", "620000"], [2, 2], "F")]})
+@example(
+    spec={"via": "return", "tensors": [_fixed("BYTES_1", "S", ["313233343536", "6162"], [2])]},
+    protocol="http",
+)
+@example(
+    spec={"via": "bls", "tensors": [_fixed("BYTES_2", "S", ["00", "61", "", "620000"], [2, 2], "F")]},
+    protocol="grpc",
+)
 def test_what_a_model_answers_with_reaches_the_client_alike_on_both_paths(
-    servers: dict[str, ServeProcess], spec: dict[str, Any]
+    servers: dict[str, ServeProcess], spec: dict[str, Any], protocol: str
 ) -> None:
-    answer = _both(servers, "values", _spec_input(spec), requested(spec))
-    check(answer, spec)
+    """Over HTTP (binary data) and gRPC (raw contents), which front ends encode apart."""
+    if protocol == "grpc":
+        spec_input: list[Any] = [("SPEC", "BYTES", np.array([json.dumps(spec).encode()], dtype=object))]
+    else:
+        spec_input = _spec_input(spec)
+    answer = _both(servers, "values", spec_input, requested(spec), protocol=protocol)
+    check(answer, spec, internal="StatusCode.INTERNAL" if protocol == "grpc" else "500")
 
 
 def requested(spec: dict[str, Any]) -> list[str]:
@@ -321,12 +332,13 @@ def requested(spec: dict[str, Any]) -> list[str]:
     return [t["name"] for t in spec["tensors"] if t["kind"] not in _REFUSED]
 
 
-def check(answer: Answer, spec: dict[str, Any]) -> None:
-    """`answer` is what Triton's rules make of `spec`."""
+def check(answer: Answer, spec: dict[str, Any], internal: str = "500") -> None:
+    """`answer` is what Triton's rules make of `spec`; `internal` is how the client words the status
+    INTERNAL."""
     refused = _refusal(spec)
     event(f"answered: {'refused' if refused else 'error' if 'error' in spec else spec['via']}")
     if refused is not None:  # pb_utils.Tensor() raised it, at the model's line
-        assert answer[:2] == ("error", "500"), answer
+        assert answer[:2] == ("error", internal), answer
         assert answer[2].startswith(
             f"Failed to process the request(s) for model 'values_0', message: {refused}"
         ), answer
