@@ -155,7 +155,7 @@ def _wire_bytes(array: npt.NDArray[Any]) -> npt.NDArray[np.object_] | None:
     if array.dtype.kind == "S":
         return array.astype(object)
     items = array.reshape(-1).tolist()
-    if all(type(item) is bytes for item in items):
+    if not items or set(map(type, items)) == {bytes}:  # one pass in C
         return None
     wire = np.empty(len(items), dtype=object)
     wire[:] = [bytes_codec.as_bytes(item) for item in items]  # UnicodeEncodeError for a lone surrogate
