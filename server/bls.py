@@ -28,8 +28,6 @@ from collections.abc import AsyncGenerator, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.pb_utils import host_api as pb_host
 from server.backends.python.pb_utils import requests as pb_requests
@@ -54,13 +52,10 @@ def to_server_request(
     request: pb_utils.InferenceRequest, model_name: str, model_version: int
 ) -> InferenceRequest:
     """The wire-level request a BLS request amounts to. Tensors are shared, read-only (a model must not
-    change its caller's arrays); BYTES elements given as str are sent as UTF-8, as over the wire."""
+    change its caller's arrays); BYTES elements are bytes already (pb_utils.Tensor made them so)."""
     inputs = []
     for tensor in request.inputs():
         array = pb_host.tensor_storage(tensor)
-        if array.dtype == np.object_ and any(isinstance(v, str) for v in array.flat):
-            array = np.array([v.encode() if isinstance(v, str) else v for v in array.flat], np.object_)
-            array = array.reshape(pb_host.tensor_storage(tensor).shape)
         view = array.view()
         view.flags.writeable = False
         wire = pb_host.dtype_to_wire(tensor.triton_dtype())

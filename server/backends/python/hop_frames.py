@@ -121,9 +121,10 @@ def _request_parameters(parameters: dict[str, Any]) -> bytes:
 
 
 def _flat(tensor: Tensor) -> np.ndarray[Any, Any]:
-    """The tensor's bytes as one contiguous array (BYTES serialized)."""
+    """The tensor's bytes as one contiguous array (BYTES serialized, whatever numpy holds them: the
+    datatype says how the other side reads them, not the array's dtype)."""
     data = tensor.data
-    if data.dtype == object:
+    if tensor.datatype == "BYTES":
         return np.frombuffer(bytes_codec.serialize(data), np.uint8)
     return np.ascontiguousarray(data)
 
@@ -163,7 +164,7 @@ def _encoded(tensors: Sequence[Tensor], placement: Placement) -> tuple[list[byte
     """Each tensor's encoding, the shared segment's name and the position to free (see Placement)."""
     if not tensors:
         return [], None, None
-    if all(t.data.dtype != object for t in tensors) and sum(t.data.nbytes for t in tensors) <= INLINE_LIMIT:
+    if all(t.datatype != "BYTES" for t in tensors) and sum(t.data.nbytes for t in tensors) <= INLINE_LIMIT:
         # small: in the frame (tobytes copies any layout in C order)
         encoded = []
         for tensor in tensors:

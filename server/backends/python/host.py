@@ -21,6 +21,7 @@ import contextlib
 import inspect
 import json
 import logging
+import os
 import threading
 import traceback
 from collections.abc import Sequence
@@ -128,28 +129,50 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
-# frames of tcli's own on the way to a model's code, which a model's error does not show
-_OWN_FRAMES = (
-    str(Path(__file__).parent),
-    str(Path(asyncio.__file__).parent),
-    str(Path(concurrent_futures.__file__).parent),
+# frames of tcli's own (the server's, pb_utils' among them) and of the machinery between it and a
+# model's code, which a model's error does not show
+_OWN_FRAMES = tuple(
+    str(folder) + os.sep
+    for folder in (
+        Path(__file__).parents[2],
+        Path(asyncio.__file__).parent,
+        Path(concurrent_futures.__file__).parent,
+    )
 )
+
+
+def _users(frames: traceback.StackSummary) -> traceback.StackSummary:
+    """The frames of the model's code (and of the libraries it calls), without tcli's: an error
+    pb_utils raises points at the model's line that called it, as in Triton, where pb_utils is C++."""
+    return traceback.StackSummary.from_list([f for f in frames if not f.filename.startswith(_OWN_FRAMES)])
 
 
 def _raised(exc: BaseException) -> str:
     """An exception out of a model's execute(), as Triton's python backend words it: `Type: text`,
     then the model's frames, innermost first, after `At:`."""
     text = f"{type(exc).__name__}: {exc}"
-    frames = traceback.extract_tb(exc.__traceback__)
-    first = next(
-        (i for i, frame in enumerate(frames) if not frame.filename.startswith(_OWN_FRAMES)), len(frames)
-    )
-    model_frames = frames[first:]
+    model_frames = _users(traceback.extract_tb(exc.__traceback__))
     if model_frames:
         text += "\n\nAt:\n" + "".join(
             f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(model_frames)
         )
     return text
+
+
+def _trace(exc: BaseException) -> str:
+    """The traceback for the server's log, chained exceptions included, in the model's frames."""
+    report = traceback.TracebackException.from_exception(exc)
+    seen: set[int] = set()
+    pending = [report]
+    while pending:
+        part = pending.pop()
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        part.stack = _users(part.stack)
+        pending += [p for p in (part.__cause__, part.__context__) if p is not None]
+        pending += part.exceptions or []  # an ExceptionGroup's
+    return "".join(report.format()).rstrip()
 
 
 @dataclass(frozen=True)
@@ -348,7 +371,7 @@ class PythonModel(RequestModel):
     def _failure(self, message: str, exc: BaseException | None = None) -> ModelError:
         """The model's own failure, as Triton's python backend words it; with its traceback for the
         server's log (the runner writes it)."""
-        trace = "" if exc is None else "".join(traceback.format_exception(exc)).rstrip()
+        trace = "" if exc is None else _trace(exc)
         return ModelError(
             f"Failed to process the request(s) for model '{self.instance}', message: {message}", trace
         )

@@ -583,7 +583,10 @@ class _Process:
 
     def _call(self, call_id: int, kind: str, payload: Any) -> None:
         if kind == "grow":
-            self._answer(call_id, None, self.ring.grow(payload))
+            try:
+                self._answer(call_id, None, self.ring.grow(payload))
+            except TritonError as exc:  # no room in /dev/shm: the message that needed it fails
+                self._answer(call_id, exc.message, None)
         elif kind == "bls":  # it waits on another model: off the reader thread
             threading.Thread(target=self._bls, args=(call_id, *payload), daemon=True).start()
         elif kind == "model_control":  # a load waits on the repository: off the reader thread too

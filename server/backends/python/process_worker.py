@@ -126,7 +126,7 @@ class _Worker:
         self._model: PythonModel | None = None  # once initialize() has returned
         self._call_ids = itertools.count(1)
         self._arena = ArenaView()
-        self._ring = RingWriter(ring_name, lambda needed: self.call("grow", needed))
+        self._ring = RingWriter(ring_name, self._grow_ring)
         self._install_logging(log_levels)
         pb_requests.set_bls_executor(self._bls)
         pb_model_control.set_model_manager(_ForwardedModelControl(self))
@@ -175,6 +175,13 @@ class _Worker:
         if error is not None:
             raise pb_utils.TritonModelException(error)
         return value
+
+    def _grow_ring(self, needed: int) -> str:
+        try:
+            name: str = self.call("grow", needed)
+        except pb_utils.TritonModelException as exc:  # the server's words (no room in /dev/shm)
+            raise TritonError(ErrorCode.INTERNAL, exc.message()) from None
+        return name
 
     def _start_call(self, kind: str, payload: Any) -> tuple[int, _Call]:
         call_id, call = next(self._call_ids), _Call()
@@ -294,6 +301,9 @@ class _Worker:
         with self._lock:
             try:
                 frame = hop_frames.encode_results(kind, batch_id, index, final, results, self._ring)
+            except TritonError as no_room:  # the output ring could not grow: these requests fail so
+                failed = [None if r is None else no_room for r in results]
+                frame = hop_frames.encode_results(kind, batch_id, index, final, failed, hop_frames.INLINE)
             except Exception as exc:  # e.g. an output numpy cannot copy: these requests fail
                 ids = [r.id for r in results if isinstance(r, InferenceResponse)]
                 self._log_bug("sending the results of", ids)

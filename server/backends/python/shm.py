@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from server.backends.python.backend_settings import DEFAULT_SETTINGS, PythonSettings, next_size
+from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import Tensor
 
 ALIGN = 64  # every tensor starts on a cache line
@@ -43,8 +44,48 @@ def segment_prefix() -> str:
     return f"tcli{os.getpid()}_"
 
 
-def _new_segment(size: int) -> shared_memory.SharedMemory:
-    return shared_memory.SharedMemory(name=f"{segment_prefix()}{next(_serial)}", create=True, size=size)
+class NoRoom(TritonError):
+    """/dev/shm cannot hold a segment that must grow: the message that needed it fails, in Triton's
+    words, and the instance goes on with the segment it had."""
+
+    def __init__(self, name: str, size: int, cause: OSError) -> None:
+        super().__init__(
+            ErrorCode.INTERNAL,
+            f"Failed to increase the shared memory pool size for key '{name}' to {size} bytes. If you "
+            f"are running inside docker, use '--shm-size' flag to control the shared memory region "
+            f"size. Error: {cause.strerror or cause}",
+        )
+
+
+def _new_segment(size: int, least: int | None = None) -> shared_memory.SharedMemory:
+    """A new segment of `size` bytes, else of `least` (the room the caller cannot do without) when
+    /dev/shm has no room for `size`; NoRoom when it has none for either. The pages are reserved now:
+    tmpfs grants a segment of any size, and the first write to a page it cannot back then kills the
+    writer (SIGBUS), the server itself for the input arena."""
+    error: OSError | None = None
+    name = ""
+    for attempt in dict.fromkeys((size, size if least is None else least)):
+        name = f"{segment_prefix()}{next(_serial)}"
+        try:
+            segment = shared_memory.SharedMemory(name=name, create=True, size=attempt)
+        except OSError as exc:
+            error = exc
+            continue
+        try:
+            _reserve(segment, attempt)
+        except OSError as exc:
+            _drop(segment, unlink=True)
+            error = exc
+            continue
+        return segment
+    assert error is not None
+    raise NoRoom(name, size, error)
+
+
+def _reserve(segment: shared_memory.SharedMemory, size: int) -> None:
+    fd = getattr(segment, "_fd", -1)  # POSIX only; macOS has no posix_fallocate, nor tmpfs to fill
+    if fd >= 0 and hasattr(os, "posix_fallocate"):
+        os.posix_fallocate(fd, 0, size)
 
 
 def _drop(segment: shared_memory.SharedMemory | None, unlink: bool) -> None:
@@ -75,7 +116,7 @@ def space(arrays: Sequence[np.ndarray[Any, Any] | None]) -> int:
 def fits_inline(tensors: Sequence[Tensor]) -> bool:
     """Whether `tensors` surely ride in the frame rather than through a segment (InputArena.place).
     BYTES tensors are counted out: their size is known only once serialized."""
-    if any(t.data.dtype == object for t in tensors):
+    if any(t.datatype == "BYTES" for t in tensors):
         return False
     return sum(_aligned(t.data.nbytes) for t in tensors) <= INLINE_LIMIT
 
@@ -101,12 +142,11 @@ class InputArena:
     def _ensure(self, needed: int) -> None:
         if self.segment is None or self.segment.size < needed:
             old_size = self.segment.size if self.segment is not None else 0
+            new = _new_segment(next_size(self._settings, old_size, needed, max(needed, 2 * old_size)), needed)
             # the instance process still maps the old one until it reads the new name: unlinking only
             # removes the name
             _drop(self.segment, unlink=True)
-            self.segment = _new_segment(
-                next_size(self._settings, old_size, needed, max(needed, 2 * old_size))
-            )
+            self.segment = new
 
     def close(self) -> None:
         _drop(self.segment, unlink=True)
@@ -163,9 +203,10 @@ class RingReader:
         """A new ring with room for `needed` bytes; every message written in the old one has been
         read (messages are read in order, and the writer waits for this answer), so it goes."""
         old_size = self.segment.size - _HEADER if self.segment is not None else 0
-        self.close()
         size = next_size(self._settings, old_size, needed, max(2 * needed, 2 * old_size))
-        self.segment = _new_segment(_HEADER + size)
+        new = _new_segment(_HEADER + size, _HEADER + needed)  # NoRoom: the writer keeps the old one
+        self.close()
+        self.segment = new
         self._tail = np.frombuffer(_buf(self.segment), np.int64, 1, 0)
         return self.segment.name
 

@@ -83,14 +83,21 @@ def input_tensor(name: str, array: npt.NDArray[Any], wire_type: str) -> Tensor:
     """An input tensor the server decoded and checked against the config: not checked again (a
     request's inputs cost the most of what execute() gets). BF16 arrays hold the raw 16-bit values."""
     triton_dtype = datatypes.BY_WIRE[wire_type].number
+    if not array.flags.writeable:
+        # a view of the request's own bytes (gRPC) or of a BLS caller's array: the model gets a copy
+        # it may write to, as Triton's gets one in shared memory and the process hop makes one
+        array = array.copy()
     if triton_dtype == TYPE_BF16 and array.dtype != np.uint16:
         array = array.view(np.uint16)
     return _tensor_from_storage(name, array, triton_dtype)
 
 
 def tensor_storage(tensor: Tensor) -> npt.NDArray[Any]:
-    """The array behind a Tensor, BF16 included (as uint16 bits)."""
-    return tensor._array
+    """The array behind a Tensor as the server carries it, on either side of the process hop: BF16 as
+    its uint16 bits, BYTES as an object array of bytes (converted when the Tensor was made: numpy
+    bytes_ and str elements never reach the server)."""
+    wire = tensor._wire
+    return tensor._array if wire is None else wire
 
 
 def dtype_to_wire(triton_dtype: int) -> str:

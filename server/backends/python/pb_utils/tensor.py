@@ -18,7 +18,7 @@ from server.backends.python.pb_utils.dlpack import (
     _is_capsule,
 )
 from server.backends.python.pb_utils.errors import TritonModelException
-from server.protocol import datatypes
+from server.protocol import bytes_codec, datatypes
 
 
 def _check_tensor_name(name: object) -> str:
@@ -32,10 +32,11 @@ def _check_tensor_name(name: object) -> str:
 class Tensor:
     """A named tensor in CPU memory: `Tensor(name, numpy_array)`.
 
-    BYTES tensors are numpy object arrays of bytes (str elements are sent as UTF-8). Like Triton, the
-    array must be an np.ndarray (not a list or numpy scalar), and numpy str_ arrays are refused."""
+    BYTES tensors are numpy object arrays of bytes, or numpy bytes_ arrays (str and other elements
+    are sent as their UTF-8; as_numpy() gives back the array given, as Triton's does). Like Triton,
+    the array must be an np.ndarray (not a list or numpy scalar), and numpy str_ arrays are refused."""
 
-    __slots__ = ("_array", "_dtype", "_name")
+    __slots__ = ("_array", "_dtype", "_name", "_wire")
 
     def __init__(self, name: str, numpy_array: npt.NDArray[Any]) -> None:
         # the argument types first, then the name's value, in the order of Triton's binding
@@ -54,6 +55,9 @@ class Tensor:
             raise TritonModelException("NumPy dtype is not supported.")
         self._dtype = dtype
         self._array = numpy_array if numpy_array.flags.c_contiguous else np.ascontiguousarray(numpy_array)
+        # BYTES elements become what the server sends now, as Triton's stub serializes them here: an
+        # element that cannot be sent fails this line of the model, on either side of the process hop
+        self._wire = _wire_bytes(self._array) if dtype == TYPE_BYTES else None
 
     def name(self) -> str:
         return self._name
@@ -144,9 +148,24 @@ class Tensor:
         return f"Tensor(name={self._name!r}, dtype={datatypes.number_to_wire(self._dtype)}, shape={self.shape()})"
 
 
+def _wire_bytes(array: npt.NDArray[Any]) -> npt.NDArray[np.object_] | None:
+    """A BYTES array's elements as bytes objects, as Triton's serialize_byte_tensor sends them: str as
+    UTF-8, any other object as its str() in UTF-8, numpy bytes_ without their trailing NULs. None when
+    the array holds bytes objects already (the usual case, which costs one pass over their types)."""
+    if array.dtype.kind == "S":
+        return array.astype(object)
+    items = array.reshape(-1).tolist()
+    if not items or set(map(type, items)) == {bytes}:  # one pass in C
+        return None
+    wire = np.empty(len(items), dtype=object)
+    wire[:] = [bytes_codec.as_bytes(item) for item in items]  # UnicodeEncodeError for a lone surrogate
+    return wire.reshape(array.shape)
+
+
 def _tensor_from_storage(name: str, array: npt.NDArray[Any], triton_dtype: int) -> Tensor:
     tensor = Tensor.__new__(Tensor)
     tensor._name = name
     tensor._dtype = triton_dtype
+    tensor._wire = None  # the server's own arrays: BYTES ones hold bytes objects
     tensor._array = array if array.flags.c_contiguous else np.ascontiguousarray(array)
     return tensor
