@@ -58,7 +58,7 @@ def test_bytes_like_elements_go_as_their_bytes(count: int) -> None:
     )
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.binary(max_size=30), max_size=MANY + 20))
 def test_round_trip_and_tritonclient_reads_it(items: list[bytes]) -> None:
     data = bytes_codec.serialize(object_array(items))
@@ -68,7 +68,7 @@ def test_round_trip_and_tritonclient_reads_it(items: list[bytes]) -> None:
         assert client_utils.deserialize_bytes_tensor(data).tolist() == items
 
 
-@settings(max_examples=60)
+@settings(max_examples=60, deadline=None)
 @given(st.integers(1, 40), st.integers(MANY - 10, MANY + 10), st.data())
 def test_elements_of_one_length_split_alike(width: int, count: int, data: st.DataObject) -> None:
     items = [data.draw(st.binary(min_size=width, max_size=width)) for _ in range(count)]
@@ -117,7 +117,7 @@ def test_a_cut_short_length_can_be_worded_by_the_caller() -> None:
         bytes_codec.deserialize(b"abc", "x", short_length=lambda available: f"only {available} left")
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.binary(max_size=12), min_size=1, max_size=MANY + 20), st.data())
 def test_any_cut_is_refused_cleanly(items: list[bytes], data: st.DataObject) -> None:
     encoded = bytes_codec.serialize(items)
