@@ -75,11 +75,13 @@ class LocalRepository:
         self.path = path
         self.label = str(path)
         self.error: str | None = None
-        self.listed = True
+        # a folder that is not there (--exit-on-error=false) keeps the server unready, as Triton
+        self.listed = path.is_dir()
 
     def refresh(self) -> None:
         if not self.path.is_dir():
             raise FileNotFoundError(f"model repository '{self.path}' is not a directory")
+        self.listed = True
 
     def folders(self) -> dict[str, ModelFolder]:
         return {folder.name: folder for folder in scan_repository(self.path)}

@@ -353,7 +353,8 @@ def serve(
             location = parse_location(repo)
         except TritonError as exc:
             raise CliError(exc.message) from None
-        if isinstance(location, Path) and not location.is_dir():
+        # with --exit-on-error=false Triton keeps running (live, not ready) and names the repository
+        if isinstance(location, Path) and not location.is_dir() and _flag("exit-on-error", exit_on_error):
             raise CliError(
                 f"model repository '{repo}' is not a directory: pass the folder that holds the model folders, "
                 "or an s3://, gs:// or as:// path"

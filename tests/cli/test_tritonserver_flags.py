@@ -125,6 +125,18 @@ def test_a_load_model_no_repository_holds_fails_start_up_as_in_triton(repo: Path
         server.stop()
 
 
+def test_a_missing_repository_with_exit_on_error_false_keeps_the_server_live(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    assert run_tcli("serve", str(missing), "--http-port", "0").returncode == 1  # exit-on-error: as Triton
+    server = ServeProcess(str(missing), "--exit-on-error=false")
+    try:  # as Triton: live, not ready, the endpoints up
+        assert get(f"http://{server.http_url}/v2/health/live")[0] == 200
+        assert get(f"http://{server.http_url}/v2/health/ready")[0] == 400
+        assert "failed to read model repository" in server.output()
+    finally:
+        server.stop()
+
+
 def test_server_flags_that_tcli_implements(repo: Path, tmp_path: Path) -> None:
     # an ONNX model without a config: auto-completed, with --backend-config's default batch size
     shutil.copytree(EXAMPLES / "simple" / "1", repo / "auto" / "1")
