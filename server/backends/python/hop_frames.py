@@ -438,6 +438,24 @@ class Results:
         self.results = results
 
 
+def exec_head(frame: bytes | bytearray | memoryview) -> tuple[int, int] | None:
+    """(batch id, request count) of an EXEC frame, read from its fixed head alone, whatever follows
+    it; None for a frame too short to hold one or of another kind."""
+    if len(frame) < _EXEC_HEAD.size or frame[0] != EXEC:
+        return None
+    _, batch_id, count, _, _ = _EXEC_HEAD.unpack_from(frame)
+    return batch_id, count
+
+
+def results_head(frame: bytes | bytearray | memoryview) -> tuple[int, int, int] | None:
+    """(kind, batch id, index) of a DONE or SEND frame, read from its fixed head alone, whatever
+    follows it; None for a frame too short to hold one or of another kind."""
+    if len(frame) < _RESULTS_HEAD.size or frame[0] not in (DONE, SEND):
+        return None
+    kind, batch_id, index, _, _, _ = _RESULTS_HEAD.unpack_from(frame)
+    return kind, batch_id, index
+
+
 def ring_end(frame: bytes | bytearray | memoryview) -> int | None:
     """The ring position a DONE or SEND frame frees, read from its head alone (None: no ring space,
     or a frame too short to say)."""

@@ -32,7 +32,7 @@ import queue
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from server.backends.base import tcli_bug
 from server.backends.python import hop_frames
@@ -43,7 +43,7 @@ from server.backends.python.pb_utils import metric_registry as pb_metric_registr
 from server.backends.python.pb_utils import model_control as pb_model_control
 from server.backends.python.pb_utils import requests as pb_requests
 from server.backends.python.pb_utils import scope as pb_scope
-from server.backends.python.pipe_reader import MessageReader
+from server.backends.python.pipe_reader import BrokenStream, MessageReader
 from server.backends.python.shm import ArenaView, RingWriter
 from server.protocol.errors import ErrorCode, TritonError, client_cancelled
 from server.protocol.types import InferenceRequest, InferenceResponse
@@ -204,12 +204,14 @@ class _Worker:
         while not stopping:
             try:
                 arrived = messages.next_messages()  # under load, several batches at once
+            except BrokenStream as exc:
+                self._give_up(f"its pipe from the server broke ({exc})")
             except (EOFError, OSError):  # the server is gone: nothing left to answer to
                 os._exit(0)
             for data in arrived:
                 if hop_frames.kind_of(data) == hop_frames.EXEC:
                     self._execute(model, bytearray(data))  # writable: the inputs are views of it
-                elif pickle.loads(data)[0] == "stop":
+                elif self._control(data) == "stop":
                     stopping = True
                     break
         with contextlib.suppress(Exception):
@@ -218,6 +220,20 @@ class _Worker:
         with self._lock:
             self._ring.close()
             self._send_locked(pickle.dumps(("stopped",), _PROTOCOL))
+        _exit()
+
+    def _control(self, data: bytes) -> str:
+        try:
+            kind: str = pickle.loads(data)[0]
+        except Exception as exc:
+            self._give_up(f"a message from the server does not unpickle ({type(exc).__name__}: {exc})")
+        return kind
+
+    def _give_up(self, cause: str) -> NoReturn:
+        """The server's stream cannot be trusted: say why (the server fails what this process was
+        running with it) and end; the server starts the instance again for later requests."""
+        with contextlib.suppress(Exception):
+            self.send(("broken", cause))
         _exit()
 
     def _read_answers(self) -> None:
@@ -248,8 +264,8 @@ class _Worker:
     def _execute(self, model: PythonModel, frame: bytearray) -> None:
         try:
             batch = hop_frames.decode_exec(frame, self._arena.view)
-        except hop_frames.FrameError:  # a bug of ours or a torn pipe: nothing to answer to
-            _LOG.exception("python model '%s': a batch that does not decode", self._spec.name)
+        except hop_frames.FrameError as exc:
+            self._undecodable(frame, str(exc))
             return
         batch_id, count = batch.batch_id, len(batch.requests)
         # requests whose clients left while they waited here are answered, not run
@@ -277,6 +293,23 @@ class _Worker:
                 self.cancelled -= {key for key in self.cancelled if key[0] < batch_id - _CANCELLED_KEPT}
         self.send_results(hop_frames.DONE, batch_id, 0, False, results)
 
+    def _undecodable(self, frame: bytearray, cause: str) -> None:
+        """A batch that does not decode (a bug of ours): its requests fail, as its head counts them;
+        a head that cannot be read leaves nothing to answer to but the whole stream."""
+        head = hop_frames.exec_head(frame)
+        if head is None:
+            self._give_up(f"a batch it was sent does not decode ({cause})")
+        batch_id, count = head
+        error = TritonError(
+            ErrorCode.INTERNAL, f"{self._named()}: a batch it was sent does not decode ({cause})"
+        )
+        _LOG.error("%s", error.message)
+        self.send_results(hop_frames.DONE, batch_id, 0, False, [error] * count)
+
+    def _named(self) -> str:
+        spec = self._spec
+        return f"python model '{spec.name}' instance '{spec.initialize_args.get('model_instance_name', '')}'"
+
     def sender_closed(self, batch_id: int, index: int) -> None:
         """A request's response sender sent its final flag: its cancellation is no longer news."""
         with self._cancel_lock:
@@ -295,12 +328,37 @@ class _Worker:
             try:
                 frame = hop_frames.encode_results(kind, batch_id, index, final, results, self._ring)
             except Exception as exc:  # e.g. an output numpy cannot copy: these requests fail
-                ids = [r.id for r in results if isinstance(r, InferenceResponse)]
-                self._log_bug("sending the results of", ids)
-                error = TritonError(ErrorCode.INTERNAL, tcli_bug(exc).message)
-                failed = [None if r is None else error for r in results]
-                frame = hop_frames.encode_results(kind, batch_id, index, final, failed, hop_frames.INLINE)
+                frame = self._failed_frame(kind, batch_id, index, final, results, exc)
             self._send_locked(frame)
+
+    def _failed_frame(
+        self,
+        kind: int,
+        batch_id: int,
+        index: int,
+        final: bool,
+        results: list[InferenceResponse | TritonError | None],
+        exc: Exception,
+    ) -> bytes:
+        """The frame failing `results`, which did not encode: errors only, in the frame. Should even
+        that fail, the process ends, and the server fails what it ran (never a silent drop, which
+        would leave the requests waiting)."""
+        # the server's refusal (a larger ring it could not make) is its own answer; anything else is ours
+        refused = isinstance(exc, pb_utils.TritonModelException)
+        message = f"{self._named()}: {str(exc) if refused else tcli_bug(exc).message}"
+        if refused:
+            _LOG.error("%s", message)
+        else:
+            self._log_bug(
+                "sending the results of", [r.id for r in results if isinstance(r, InferenceResponse)]
+            )
+        for text in (message, "internal error: a bug in tcli: a response could not be sent"):
+            failed = [None if r is None else TritonError(ErrorCode.INTERNAL, text) for r in results]
+            try:
+                return hop_frames.encode_results(kind, batch_id, index, final, failed, hop_frames.INLINE)
+            except Exception:
+                _LOG.exception("%s: the error frame failed too", self._named())
+        self._give_up(f"results it could not encode, nor their errors ({type(exc).__name__}: {exc})")
 
     def _log_bug(self, doing: str, request_ids: list[str]) -> None:
         """The traceback of the exception being handled, to the server's log (through the pipe)."""
@@ -385,7 +443,7 @@ def _receive(conn: Connection) -> tuple[Any, ...]:
     return message
 
 
-def _exit() -> None:
+def _exit() -> NoReturn:
     """Leave now: threads the model started must not keep the process alive."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

@@ -163,9 +163,10 @@ class RingReader:
         """A new ring with room for `needed` bytes; every message written in the old one has been
         read (messages are read in order, and the writer waits for this answer), so it goes."""
         old_size = self.segment.size - _HEADER if self.segment is not None else 0
-        self.close()
         size = next_size(self._settings, old_size, needed, max(2 * needed, 2 * old_size))
-        self.segment = _new_segment(_HEADER + size)
+        segment = _new_segment(_HEADER + size)  # first: when it fails, the writer goes on in the old one
+        self.close()
+        self.segment = segment
         self._tail = np.frombuffer(_buf(self.segment), np.int64, 1, 0)
         return self.segment.name
 
