@@ -13,19 +13,27 @@ from __future__ import annotations
 import errno
 import queue
 import shutil
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import InferenceServerException
 
 from server.app import Server, ServerSettings
+from server.backends.base import ModelContext
 from server.backends.python import hop_frames, process_host, shm
-from server.protocol.types import InferenceRequest
+from server.protocol.errors import ErrorCode, TritonError
+from server.protocol.types import InferenceRequest, InferenceResponse, Tensor
 from server.repository.manager import ControlMode
+from server.scheduling.runner import ModelRunner
+from server.scheduling.stats import ModelStats
 from tests.integration.conftest import REPO
 
 DEADLINE = 30.0  # every answer comes well within it; a hang fails the test here
@@ -381,3 +389,46 @@ def test_a_decoupled_stream_ends_with_the_error(server: Server, stream_model: st
     finally:
         client.stop_stream(cancel_requests=True)  # a request left open would block a plain stop
         client.close()
+
+
+@pytest.mark.parametrize(
+    ("fault", "cause"),
+    [
+        ("torn_frame", "its results do not decode (frame cut short"),
+        ("garbage_length", "bad message length -2 on the instance pipe" + RESTARTS),
+        ("stalls_mid_frame", "it stopped in the middle of a message"),
+    ],
+)
+def test_faults_are_answered_when_a_worker_thread_reads_the_process(
+    tmp_path: Path, fault: str, cause: str
+) -> None:
+    # below the front ends (no event loop: the instance's own reader thread reads its process)
+    name = f"faulty_{fault}"
+    (tmp_path / name / "1").mkdir(parents=True)
+    (tmp_path / name / "1" / "model.py").write_text(MODEL)
+    text = CONFIG.format(name=name, fault=fault, extra='default_model_filename: "model.py"')
+    config = text_format.Parse(text, mc.ModelConfig())
+    config.instance_group[0].name = name  # as the repository completes it: instance '<name>_0'
+    runner = ModelRunner(ModelContext(config, tmp_path / name, 1, tmp_path), ModelStats(name, "1"))
+    runner.load()
+
+    def result(value: int) -> InferenceResponse | TritonError:
+        data = np.array([value], np.int32)
+        done = threading.Event()
+        answers: list[InferenceResponse | TritonError] = []
+        request = InferenceRequest(name, "", "", [Tensor("IN", "INT32", data.shape, data)], [], {})
+        runner.submit(request, lambda answer: (answers.append(answer), done.set()))
+        assert done.wait(DEADLINE), "no answer"
+        return answers[0]
+
+    try:
+        failed = result(-1)
+        assert isinstance(failed, TritonError) and failed.code == ErrorCode.INTERNAL
+        assert failed.message.startswith(f"python model '{name}' instance '{name}_0': {cause}")
+        for value in (4, 5):
+            served = result(value)
+            assert isinstance(served, InferenceResponse) and served.outputs[0].data.tolist() == [value]
+    finally:  # bounded: a runner whose batch was never answered would wait on it
+        stopping = threading.Thread(target=runner.stop, args=(10,), daemon=True)
+        stopping.start()
+        stopping.join(DEADLINE)

@@ -11,7 +11,8 @@ Every frame rides in a `multiprocessing.connection.Connection` message, beside t
 messages (start, stop, calls, logs), which always begin with pickle's PROTO opcode 0x80; a frame's
 first byte is its kind, below that. A malformed frame (torn, truncated, or garbage) raises
 `FrameError`, never anything else and never a hang: the decoder is fuzzed
-(tests/unit/test_hop_frames.py).
+(tests/unit/test_hop_frames.py). Its fixed head alone (`exec_head`, `results_head`) still names the
+requests it carried, which the reader then fails.
 
 Layout (little-endian):
     EXEC   kind u8, batch id u32, requests u16, senders u8, arena name (u16 length + utf-8),

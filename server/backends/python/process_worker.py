@@ -16,6 +16,10 @@ batched updates go out ahead of the next message, so ahead of the response they 
 answer pipe also brings the news that a request's client went away: a request still waiting here is
 answered CANCELLED instead of run, and a running one reports is_cancelled() from then on.
 
+Every batch is answered: one that does not decode fails its requests, results that cannot be
+encoded become errors, and when even that fails, or the server's stream is past reading, the
+process says why ("broken") and ends, which the server answers for.
+
 Imports only what hosting the model needs (no server, no protobuf): start-up stays short.
 """
 
