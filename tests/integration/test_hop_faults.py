@@ -307,18 +307,26 @@ def test_results_that_cannot_be_encoded_fail_their_request_only(
 
 
 @pytest.mark.parametrize("faulty", ["none"], indirect=True)
-def test_a_batch_that_does_not_decode_in_the_instance_fails_its_request(
+def test_a_batch_that_cannot_be_sent_or_does_not_decode_in_the_instance_fails_its_request(
     http: httpclient.InferenceServerClient, faulty: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     encode_exec = hop_frames.encode_exec
 
     def torn(batch_id: int, requests: list[InferenceRequest], senders: bool, placement: Any) -> bytes:
+        if requests[0].id == "unsendable":
+            raise RuntimeError("injected")
         frame = encode_exec(batch_id, requests, senders, placement)
         if requests[0].id == "torn":
             return frame[:-2]
         return frame[:3] if requests[0].id == "headless" else frame
 
     monkeypatch.setattr(hop_frames, "encode_exec", torn)
+    status, message = _infer(http, faulty, 1, "unsendable")
+    cause = (
+        "internal error: a bug in tcli, not in the model (RuntimeError: injected); the server log has "
+        "the traceback"
+    )
+    assert (status, message) == _failed(faulty, cause)
     status, message = _infer(http, faulty, 1, "torn")
     assert (status, message.split(" (")[0]) == _failed(faulty, "a batch it was sent does not decode")
     assert "frame cut short" in message
@@ -348,6 +356,26 @@ def test_an_output_the_shared_memory_cannot_grow_for_fails_its_request_only(
     assert message.endswith("bytes (OSError: [Errno 28] No space left on device)")
     assert _infer(http, faulty, 2000) == [7] * 2000  # the ring it had still carries what fits
     monkeypatch.setattr(shm, "_new_segment", new_segment)  # room again: it grows
+    assert _infer(http, faulty, 2**20) == [7] * 2**20
+    _serves_on(http, faulty)
+
+
+@pytest.mark.parametrize("faulty", ["none"], indirect=True)
+def test_an_answer_the_instance_cannot_read_fails_the_request_waiting_for_it(
+    http: httpclient.InferenceServerClient, faulty: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    send_answer = process_host._Process._send_answer
+
+    def garbled(self: Any, message: tuple[Any, ...]) -> None:  # the answer to a larger ring, garbled
+        if message[0] == "answer" and isinstance(message[3], str):
+            self._answers.send_bytes(b"\x80garbage")
+            return
+        send_answer(self, message)
+
+    monkeypatch.setattr(process_host._Process, "_send_answer", garbled)
+    status, message = _infer(http, faulty, 2**20)  # its output needs a larger ring
+    assert (status, message.split(" (")[0]) == _failed(faulty, "an answer from the server does not unpickle")
+    monkeypatch.setattr(process_host._Process, "_send_answer", send_answer)
     assert _infer(http, faulty, 2**20) == [7] * 2**20
     _serves_on(http, faulty)
 

@@ -58,6 +58,7 @@ from server.backends.base import (
     ModelContext,
     NotStarted,
     ResponseChannel,
+    tcli_bug,
 )
 from server.backends.python import execution_env, hop_frames, readiness
 from server.backends.python import triton_python_backend_utils as pb_utils
@@ -91,6 +92,7 @@ PARTIAL_MESSAGE_SECONDS = 10.0
 _PROTOCOL = pickle.HIGHEST_PROTOCOL  # finalize() gets this long before the process is terminated
 
 Result = InferenceResponse | TritonError | None
+_FIRST_IN_FLIGHT = -1  # not a batch id (they count from 1)
 Done = Callable[[list[Result]], None]
 
 
@@ -275,6 +277,8 @@ class _Process:
         self._on_loop = False  # registered with the loop's reader callbacks
         self._eof = False  # nothing more is read from the process (its end, or a broken stream)
         self._cause: str | None = None  # why the server ended the process, when it did
+        # the batch it ran when it broke, as the process tells (None: none); else the first in flight
+        self._running: int | None = _FIRST_IN_FLIGHT
         self._stall_check: asyncio.TimerHandle | None = None  # a partial message on the loop
         self._closed = False
         self._close_lock = threading.Lock()  # close() and _watch_exit()
@@ -352,7 +356,14 @@ class _Process:
         read them); `done` gets its results."""
         self._reclaim_from_closed_loop()
         # encoded first: a value that cannot be encoded fails the batch before anything waits on it
-        message = hop_frames.encode_exec(batch_id, requests, channels is not None, arena)
+        try:
+            message = hop_frames.encode_exec(batch_id, requests, channels is not None, arena)
+        except TritonError:
+            raise
+        except Exception as exc:  # a bug of ours: the answer names the instance, the log has the traceback
+            where = f"python model '{self.owner.name}' instance '{self.owner.instance}'"
+            _LOG.error("tcli bug sending a batch to %s", where, exc_info=exc)
+            raise TritonError(ErrorCode.INTERNAL, f"{where}: {tcli_bug(exc).message}") from None
         with self._lock:
             dead = self.dead
             if not dead:
@@ -743,6 +754,8 @@ class _Process:
             if stream is not None:
                 stream.cancel()
         elif kind == "broken":  # the process found the server's stream broken: it ends itself
+            if message[2] != "?":  # the batch it ran ("?": one it could not read, the first)
+                self._running = message[2]  # the batches behind it never started: they run again
             self._break(message[1])
 
     def _call(self, call_id: int, kind: str, payload: Any) -> None:
@@ -847,9 +860,10 @@ class _Process:
                 still_open = [
                     channels.pop((batch_id, index), None) is not None for index in range(batch.size)
                 ]
-                if position > 0 and not self._stopping:
-                    # the process runs its batches in order: the first was running, the ones behind
-                    # it never started and may run elsewhere
+                running = position == 0 if self._running == _FIRST_IN_FLIGHT else batch_id == self._running
+                if not running and not self._stopping:
+                    # the process runs its batches in order: the first was running (unless it said
+                    # which), the ones behind it never started and may run elsewhere
                     batch.done([NotStarted(self.owner.name, self.owner.instance)] * batch.size)
                 else:
                     batch.done([error if is_open or not batch.senders else None for is_open in still_open])

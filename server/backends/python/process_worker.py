@@ -128,6 +128,7 @@ class _Worker:
         self.cancelled: set[tuple[int, int]] = set()
         self._cancel_lock = threading.Lock()  # the answers thread adds, model threads remove
         self._model: PythonModel | None = None  # once initialize() has returned
+        self._running: int | None = None  # the batch execute() runs, if any (told when giving up)
         self._call_ids = itertools.count(1)
         self._arena = ArenaView()
         self._ring = RingWriter(ring_name, lambda needed: self.call("grow", needed))
@@ -209,7 +210,7 @@ class _Worker:
             try:
                 arrived = messages.next_messages()  # under load, several batches at once
             except BrokenStream as exc:
-                self._give_up(f"its pipe from the server broke ({exc})")
+                self._give_up(f"its pipe from the server broke ({exc})", "?")
             except (EOFError, OSError):  # the server is gone: nothing left to answer to
                 os._exit(0)
             for data in arrived:
@@ -230,19 +231,29 @@ class _Worker:
         try:
             kind: str = pickle.loads(data)[0]
         except Exception as exc:
-            self._give_up(f"a message from the server does not unpickle ({type(exc).__name__}: {exc})")
+            self._give_up(f"a message from the server does not unpickle ({type(exc).__name__}: {exc})", None)
         return kind
 
-    def _give_up(self, cause: str) -> NoReturn:
-        """The server's stream cannot be trusted: say why (the server fails what this process was
-        running with it) and end; the server starts the instance again for later requests."""
-        with contextlib.suppress(Exception):
-            self.send(("broken", cause))
+    def _give_up(self, cause: str, running: int | str | None) -> NoReturn:
+        """The server's stream cannot be trusted: say why and which batch ran (the server fails it, and
+        hands the ones behind it to the restarted instance) and end. `running`: the batch's id, None
+        for none, "?" for one that could not be read."""
+        # the lock's holder may wait for an answer only the answers thread (perhaps the caller) brings
+        if self._lock.acquire(timeout=5):
+            with contextlib.suppress(Exception):
+                self._send_locked(pickle.dumps(("broken", cause, running), _PROTOCOL))
         _exit()
 
     def _read_answers(self) -> None:
         while True:
-            message = _receive(self._answers)
+            data = _receive(self._answers)
+            try:
+                message: tuple[Any, ...] = pickle.loads(data)
+            except Exception as exc:  # the call waiting for it would wait forever
+                cause = f"an answer from the server does not unpickle ({type(exc).__name__}: {exc})"
+                for waiting in list(self._calls.values()):  # it was one of theirs: each fails, and
+                    waiting.answers.put((cause, None, False))  # lets go of the lock _give_up() takes
+                self._give_up(cause, self._running)
             if message[0] == "answer":
                 call = self._calls.get(message[1])
                 if call is not None:
@@ -278,6 +289,7 @@ class _Worker:
         results: list[InferenceResponse | TritonError | None] = (
             [None] * count if len(waiting) == count else [client_cancelled()] * count
         )
+        self._running = batch_id
         try:
             if waiting:
                 name, version = self._spec.name, self._spec.version
@@ -296,13 +308,14 @@ class _Worker:
             with self._cancel_lock:
                 self.cancelled -= {key for key in self.cancelled if key[0] < batch_id - _CANCELLED_KEPT}
         self.send_results(hop_frames.DONE, batch_id, 0, False, results)
+        self._running = None
 
     def _undecodable(self, frame: bytearray, cause: str) -> None:
         """A batch that does not decode (a bug of ours): its requests fail, as its head counts them;
         a head that cannot be read leaves nothing to answer to but the whole stream."""
         head = hop_frames.exec_head(frame)
         if head is None:
-            self._give_up(f"a batch it was sent does not decode ({cause})")
+            self._give_up(f"a batch it was sent does not decode ({cause})", "?")
         batch_id, count = head
         error = TritonError(
             ErrorCode.INTERNAL, f"{self._named()}: a batch it was sent does not decode ({cause})"
@@ -362,7 +375,8 @@ class _Worker:
                 return hop_frames.encode_results(kind, batch_id, index, final, failed, hop_frames.INLINE)
             except Exception:
                 _LOG.exception("%s: the error frame failed too", self._named())
-        self._give_up(f"results it could not encode, nor their errors ({type(exc).__name__}: {exc})")
+        cause = f"results it could not encode, nor their errors ({type(exc).__name__}: {exc})"
+        self._give_up(cause, self._running)
 
     def _log_bug(self, doing: str, request_ids: list[str]) -> None:
         """The traceback of the exception being handled, to the server's log (through the pipe)."""
@@ -439,12 +453,11 @@ class _Channel:
         return (self._batch, self._index) in self._worker.cancelled
 
 
-def _receive(conn: Connection) -> tuple[Any, ...]:
+def _receive(conn: Connection) -> bytes:
     try:
-        message: tuple[Any, ...] = pickle.loads(conn.recv_bytes())
+        return conn.recv_bytes()
     except (EOFError, OSError):  # the server is gone: nothing left to answer to
         os._exit(0)
-    return message
 
 
 def _exit() -> NoReturn:
