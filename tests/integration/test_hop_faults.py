@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -35,6 +36,7 @@ from server.repository.manager import ControlMode
 from server.scheduling.runner import ModelRunner
 from server.scheduling.stats import ModelStats
 from tests.integration.conftest import REPO
+from tests.waiting import wait_until
 
 DEADLINE = 30.0  # every answer comes well within it; a hang fails the test here
 STALL_SECONDS = 2.0  # the server's bound on a half-written message, shortened for the test
@@ -460,3 +462,15 @@ def test_faults_are_answered_when_a_worker_thread_reads_the_process(
         stopping = threading.Thread(target=runner.stop, args=(10,), daemon=True)
         stopping.start()
         stopping.join(DEADLINE)
+
+
+@pytest.mark.parametrize("faulty", ["none"], indirect=True)
+def test_an_instance_outlives_its_zygote(http: httpclient.InferenceServerClient, faulty: str) -> None:
+    # a group's SIGTERM ends the zygote (multiprocessing's forkserver) first: the instances it forked
+    # still run, and are not taken for dead (their exit is watched, not the zygote's word on it)
+    assert _infer(http, faulty, 4) == [4]
+    (zygote,) = [p for p in psutil.Process().children() if "forkserver" in " ".join(p.cmdline())]
+    zygote.terminate()
+    wait_until(lambda: zygote.status() == psutil.STATUS_ZOMBIE, "the zygote's end")
+    assert _infer(http, faulty, 5) == [5]
+    assert _infer(http, faulty, -1) == [-1]

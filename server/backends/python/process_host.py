@@ -439,8 +439,19 @@ class _Process:
         """Once the process has exited, its stream ends after what it wrote, even when a process it
         started (a fork, a multiprocessing pool) still holds its end of the pipe open, which would
         keep the reader waiting for an end that never comes, and the requests in flight with it."""
-        with contextlib.suppress(OSError, ValueError):
-            wait([self._process.sentinel])  # polled, not read: join() reads a forkserver's exit code
+        try:
+            # ready when the process exits, whoever its parent: not its sentinel, which the zygote's
+            # own end (a group's SIGTERM) would set off while the process still serves
+            exited = os.pidfd_open(self.pid)
+        except ProcessLookupError:  # gone already
+            exited = None
+        except (AttributeError, OSError):  # no pidfd (Linux before 5.3): the pipe's end alone tells
+            return
+        if exited is not None:
+            try:
+                wait([exited])
+            finally:
+                os.close(exited)
         with self._close_lock, contextlib.suppress(OSError):
             if not self._closed:  # else its descriptor number may be another's by now
                 # the buffered messages are read first, then the end (Linux keeps them for SHUT_RD)
