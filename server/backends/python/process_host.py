@@ -439,6 +439,8 @@ class _Process:
         """Once the process has exited, its stream ends after what it wrote, even when a process it
         started (a fork, a multiprocessing pool) still holds its end of the pipe open, which would
         keep the reader waiting for an end that never comes, and the requests in flight with it."""
+        if self.pid is None:  # never started
+            return
         try:
             # ready when the process exits, whoever its parent: not its sentinel, which the zygote's
             # own end (a group's SIGTERM) would set off while the process still serves
