@@ -25,7 +25,8 @@ When the process dies (a crash, os._exit in the model), the requests in flight f
 naming the model and instance, and the next batch starts a new process (initialize() again). A frame
 that does not decode fails the requests it carried (its fixed head names them) and nothing else; a
 stream that cannot be trusted any more (bytes that are no message, a message left half-written, a
-frame whose head names no batch) ends the process, as a crash would, with the cause.
+frame whose head names no batch) ends the process, as a crash would, with the cause. Its exit is
+watched apart from its pipe, which a child of it may hold open.
 
 Long: `_Process` is one protocol, what crosses the two pipes in which order and who reads them when,
 and its parts (sending batches, reading results, answering the process's calls, the handover to the
