@@ -105,6 +105,15 @@ def answer(value):
     return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array(value, np.int32))])
 
 
+class OwnTensor(pb_utils.Tensor):  # a class only the model knows: the server cannot unpickle it
+    pass
+
+
+def unpicklable_call():
+    inputs = [OwnTensor(name, np.ones(4, np.float32)) for name in ("INPUT0", "INPUT1")]
+    pb_utils.InferenceRequest(model_name="add_sub", inputs=inputs, requested_output_names=["OUTPUT0"]).exec()
+
+
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
@@ -127,6 +136,8 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             value = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            if value[0] < 0 and self.fault == "unpicklable_call":
+                unpicklable_call()  # raises what the server answers
             if value[0] < 0:
                 FAULT["next"] = self.fault
             # a large value asks for that many elements: an output for the shared memory
@@ -156,6 +167,7 @@ FAULTS = (
     "closes_pipe",
     "unencodable",
     "unencodable_always",
+    "unpicklable_call",
 )
 STREAM_FAULTS = ("torn_frame", "dies_mid_frame", "stalls_mid_frame")
 RESTARTS = "; its process was ended and the instance restarts for later requests"
@@ -379,6 +391,19 @@ def test_an_answer_the_instance_cannot_read_fails_the_request_waiting_for_it(
     assert (status, message.split(" (")[0]) == _failed(faulty, "an answer from the server does not unpickle")
     monkeypatch.setattr(process_host._Process, "_send_answer", send_answer)
     assert _infer(http, faulty, 2**20) == [7] * 2**20
+    _serves_on(http, faulty)
+
+
+@pytest.mark.parametrize("faulty", ["unpicklable_call"], indirect=True)
+def test_a_call_the_server_cannot_unpickle_is_answered(
+    http: httpclient.InferenceServerClient, faulty: str
+) -> None:
+    status, message = _infer(http, faulty, -1)
+    assert status == "500"
+    called = (
+        f"python model '{faulty}' instance '{faulty}_0_0': its call 'bls' does not unpickle in the server ("
+    )
+    assert called in message, message
     _serves_on(http, faulty)
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import io
 import itertools
 import logging
 import os
@@ -242,6 +243,36 @@ class ProcessModel(LoopRequestModel):
         if process is not None:
             process.stop()
         self._inputs.close()
+
+
+class _Unknown:
+    """Whatever the server cannot import, standing in while a message is read for its call id."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def __setstate__(self, state: object) -> None:
+        pass
+
+
+class _Lenient(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return super().find_class(module, name)
+        except Exception:
+            return _Unknown
+
+
+def _call_of(data: bytes) -> tuple[int, str] | None:
+    """(call id, kind) of a pickled call that does not unpickle, read past what it names that the
+    server cannot import; None for another message, or one unreadable even so."""
+    try:
+        message = _Lenient(io.BytesIO(data)).load()
+    except Exception:
+        return None
+    if isinstance(message, tuple) and len(message) > 2 and message[0] == "call":
+        return message[1], str(message[2])
+    return None
 
 
 class _Batch:
@@ -653,13 +684,16 @@ class _Process:
             cause = f"{type(exc).__name__}: {exc}"
             if data[:1] != b"\x80":  # neither a frame nor a pickle: garbage on the pipe
                 self._break(f"it sent {len(data)} bytes that are neither a frame nor a message ({cause})")
-            else:  # e.g. a log record naming a class only the model knows: nothing waits on it
-                _LOG.error(
-                    "python model '%s' instance '%s': a message from its process does not unpickle: %s",
-                    self.owner.name,
-                    self.owner.instance,
-                    cause,
-                )
+                return None
+            # e.g. a class only the model knows, in a log record or a call: a call waits for its answer
+            where = f"python model '{self.owner.name}' instance '{self.owner.instance}'"
+            call = _call_of(data)
+            if call is None:
+                _LOG.error("%s: a message from its process does not unpickle: %s", where, cause)
+            else:
+                text = f"{where}: its call '{call[1]}' does not unpickle in the server ({cause})"
+                _LOG.error("%s", text)
+                self._answer(call[0], text, None)
             return None
         return message
 
