@@ -1,11 +1,14 @@
 """Faults on the hop between the server and a python instance's process (issue 33, "every request gets
 an answer"): a frame that cannot be encoded or decoded on either side, an instance that dies or stalls
-in the middle of a frame, a pipe that closes, bytes on the pipe that are no message. Each fault is
-injected for real, in the instance process (the model patches the pipe's writer or the frame encoder
-there) or in the server (its batch encoder), and each fails exactly the requests its frame carried,
-with one line naming the model, the instance and the cause (INTERNAL); the instance restarts where
-its stream can no longer be trusted, and the model and the server serve on. A decoupled stream ends
-with its error. Every wait has a deadline (the clients' timeouts): a hang fails the test.
+in the middle of a frame or dies with a child holding its pipe, a pipe that closes, bytes on the pipe
+that are no message, an output the shared memory cannot grow for, a call or an answer that does not
+unpickle. Each fault is injected for real, in the instance process (the model patches the pipe's
+writer or the frame encoder there) or in the server (its batch encoder, its shared memory, its
+answers), and each fails exactly the requests its frame carried, with one line naming the model, the
+instance and the cause (INTERNAL); the instance restarts where its stream can no longer be trusted,
+and the model and the server serve on. A decoupled stream ends with its error. The same holds with
+no event loop (a worker thread reading the process), and an instance outlives its zygote. Every wait
+has a deadline (the clients' timeouts): a hang fails the test.
 """
 
 from __future__ import annotations
