@@ -147,6 +147,18 @@ def test_a_pickled_control_message_is_not_taken_for_a_frame() -> None:
     assert hf.kind_of(b"") == 0
 
 
+def test_the_head_names_the_requests_of_a_frame_whose_rest_does_not_decode() -> None:
+    # the side that cannot decode a frame still answers the requests it carried, as its head names them
+    exec_frame, done_frame = _valid_frames()
+    send_frame = hf.encode_results(hf.SEND, 8, 2, True, [None], hf.INLINE)
+    assert hf.exec_head(exec_frame[:-3]) == (1, 1)
+    assert hf.results_head(done_frame[:-3]) == (hf.DONE, 1, 0)
+    assert hf.results_head(send_frame[:18] + b"garbage") == (hf.SEND, 8, 2)
+    # too short to hold a head, or of the other direction: nothing is named
+    assert hf.exec_head(exec_frame[:5]) is None and hf.results_head(done_frame[:5]) is None
+    assert hf.exec_head(done_frame) is None and hf.results_head(exec_frame) is None
+
+
 def _valid_frames() -> list[bytes]:
     requests = [InferenceRequest("m", "1", "id", _tensors(), [RequestedOutput("A")], {"k": 1})]
     results = [InferenceResponse("m", "1", "id", _tensors(), {}), TritonError(ErrorCode.INTERNAL, "x"), None]

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from server.backends.python.pipe_reader import MessageReader
+from server.backends.python.pipe_reader import BrokenStream, MessageReader
 
 
 def test_several_messages_written_with_send_bytes_come_out_of_one_read_in_order() -> None:
@@ -52,3 +52,20 @@ def test_a_negative_length_is_refused() -> None:
         MessageReader(read_end).next_messages()
     os.close(read_end)
     os.close(write_end)
+
+
+def test_a_message_whose_rest_never_comes_is_a_broken_stream() -> None:
+    read_end, write_end = os.pipe()
+    reader = MessageReader(read_end)
+    os.write(write_end, (2).to_bytes(4, "big") + b"ok" + (10).to_bytes(4, "big") + b"half")
+    assert reader.next_messages(stall_seconds=0.05) == [b"ok"]
+    assert reader.partial
+    with pytest.raises(BrokenStream, match=r"stopped in the middle of a message: no more bytes for 0\.05 s"):
+        reader.next_messages(stall_seconds=0.05)
+    os.write(write_end, b"-rest!")  # a writer that only paused is read on as before
+    assert reader.next_messages(stall_seconds=0.05) == [b"half-rest!"]
+    assert not reader.partial
+    os.close(write_end)
+    with pytest.raises(EOFError):  # between messages there is no bound: only the end ends the wait
+        reader.next_messages(stall_seconds=0.05)
+    os.close(read_end)

@@ -11,7 +11,8 @@ Every frame rides in a `multiprocessing.connection.Connection` message, beside t
 messages (start, stop, calls, logs), which always begin with pickle's PROTO opcode 0x80; a frame's
 first byte is its kind, below that. A malformed frame (torn, truncated, or garbage) raises
 `FrameError`, never anything else and never a hang: the decoder is fuzzed
-(tests/unit/test_hop_frames.py).
+(tests/unit/test_hop_frames.py). Its fixed head alone (`exec_head`, `results_head`) still names the
+requests it carried, which the reader then fails.
 
 Layout (little-endian):
     EXEC   kind u8, batch id u32, requests u16, senders u8, arena name (u16 length + utf-8),
@@ -437,6 +438,24 @@ class Results:
         self.final = final
         self.end = end
         self.results = results
+
+
+def exec_head(frame: bytes | bytearray | memoryview) -> tuple[int, int] | None:
+    """(batch id, request count) of an EXEC frame, read from its fixed head alone, whatever follows
+    it; None for a frame too short to hold one or of another kind."""
+    if len(frame) < _EXEC_HEAD.size or frame[0] != EXEC:
+        return None
+    _, batch_id, count, _, _ = _EXEC_HEAD.unpack_from(frame)
+    return batch_id, count
+
+
+def results_head(frame: bytes | bytearray | memoryview) -> tuple[int, int, int] | None:
+    """(kind, batch id, index) of a DONE or SEND frame, read from its fixed head alone, whatever
+    follows it; None for a frame too short to hold one or of another kind."""
+    if len(frame) < _RESULTS_HEAD.size or frame[0] not in (DONE, SEND):
+        return None
+    kind, batch_id, index, _, _, _ = _RESULTS_HEAD.unpack_from(frame)
+    return kind, batch_id, index
 
 
 def ring_end(frame: bytes | bytearray | memoryview) -> int | None:

@@ -4,17 +4,23 @@ load the server and an instance process so take several requests or responses pe
 
 The framing is Connection's own (a 4-byte big-endian signed length, or -1 and an 8-byte length for a
 message over 2 GiB), so the writer keeps `send_bytes`. A message cut short by a non-blocking read
-stays in the buffer until the rest arrives.
+stays in the buffer until the rest arrives. Bytes that are not a message (a negative length), and a
+message whose rest does not come, are `BrokenStream`: nothing after them can be trusted.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import struct
 
 _SHORT = struct.Struct("!i")
 _LONG = struct.Struct("!Q")
 _CHUNK = 1 << 18
+
+
+class BrokenStream(OSError):
+    """The stream holds bytes that are not a message, or stopped in the middle of one."""
 
 
 class MessageReader:
@@ -24,6 +30,12 @@ class MessageReader:
         self._fd = fd
         self._buffer = bytearray()
         self.eof = False
+        self.received = 0  # bytes read so far: whether a message begun is still coming
+
+    @property
+    def partial(self) -> bool:
+        """Part of a message is buffered, its rest not read yet."""
+        return bool(self._buffer)
 
     def pending(self) -> list[bytes]:
         """The complete messages already buffered (no read)."""
@@ -39,7 +51,7 @@ class MessageReader:
                 (size,) = _LONG.unpack_from(buffer, start + 4)
                 head = 12
             elif size < 0:
-                raise OSError(f"bad message length {size} on the instance pipe")
+                raise BrokenStream(f"bad message length {size} on the instance pipe")
             if end - start - head < size:
                 break
             messages.append(bytes(buffer[start + head : start + head + size]))
@@ -64,14 +76,27 @@ class MessageReader:
             if not messages:
                 raise EOFError
             return messages
+        self.received += len(data)
         self._buffer += data
         return self.pending()
 
-    def next_messages(self) -> list[bytes]:
-        """At least one message, reading (blocking) until there is one; EOFError at the end."""
+    def next_messages(self, stall_seconds: float | None = None) -> list[bytes]:
+        """At least one message, reading (blocking) until there is one; EOFError at the end. With
+        `stall_seconds`, BrokenStream when part of a message is buffered and no more bytes come for
+        that long (waiting between messages has no bound)."""
         messages = self.pending()
         while not messages:
             if self.eof:
                 raise EOFError
+            if stall_seconds is not None and self._buffer and not _readable(self._fd, stall_seconds):
+                raise BrokenStream(
+                    f"it stopped in the middle of a message: no more bytes for {stall_seconds:g} s"
+                )
             messages = self.read()
         return messages
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    poll = select.poll()  # not select(): a busy server's descriptors pass FD_SETSIZE
+    poll.register(fd, select.POLLIN)
+    return bool(poll.poll(timeout * 1000))

@@ -22,7 +22,11 @@ loop reads it (`loop.add_reader`), and the thread ends (a "handover" message, ec
 marks the point so that no message is read twice or lost).
 
 When the process dies (a crash, os._exit in the model), the requests in flight fail with one line
-naming the model and instance, and the next batch starts a new process (initialize() again).
+naming the model and instance, and the next batch starts a new process (initialize() again). A frame
+that does not decode fails the requests it carried (its fixed head names them) and nothing else; a
+stream that cannot be trusted any more (bytes that are no message, a message left half-written, a
+frame whose head names no batch) ends the process, as a crash would, with the cause. Its exit is
+watched apart from its pipe, which a child of it may hold open.
 
 Long: `_Process` is one protocol, what crosses the two pipes in which order and who reads them when,
 and its parts (sending batches, reading results, answering the process's calls, the handover to the
@@ -35,16 +39,19 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import io
 import itertools
 import logging
 import os
 import pickle
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from functools import partial
+from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any
 
 from server.backends.base import (
@@ -53,6 +60,7 @@ from server.backends.base import (
     ModelContext,
     NotStarted,
     ResponseChannel,
+    tcli_bug,
 )
 from server.backends.python import execution_env, hop_frames, readiness
 from server.backends.python import triton_python_backend_utils as pb_utils
@@ -61,7 +69,7 @@ from server.backends.python.host import HostSpec, answered
 from server.backends.python.metric_forwarding import ForwardedMetrics
 from server.backends.python.pb_utils import model_control as pb_model_control
 from server.backends.python.pb_utils import scope as pb_scope
-from server.backends.python.pipe_reader import MessageReader
+from server.backends.python.pipe_reader import BrokenStream, MessageReader
 from server.backends.python.process_life import exit_text, instance_context, main_hidden, server_state
 from server.backends.python.shm import InputArena, RingReader, fits_inline
 from server.protocol.errors import ErrorCode, TritonError
@@ -77,10 +85,16 @@ _STOP_SECONDS = 30.0
 # an instance whose process dies this often within the window is not started again: its version
 # becomes UNAVAILABLE with the reason, instead of restarting forever
 CRASH_LIMIT, CRASH_WINDOW_S = 5, 60.0
+# An instance writes each message with one send_bytes(), whose writes go on as fast as the server reads
+# them, with nothing to wait for but the GIL; a message left half-written this long means a writer
+# that is stuck or died with a child still holding the pipe, and the requests it carries would wait
+# forever. Far above a loaded machine's scheduling delays, within the deadlines clients set.
+PARTIAL_MESSAGE_SECONDS = 10.0
 # the plain (C) pickler: Connection.send's ForkingPickler is several times slower on small messages
 _PROTOCOL = pickle.HIGHEST_PROTOCOL  # finalize() gets this long before the process is terminated
 
 Result = InferenceResponse | TritonError | None
+_FIRST_IN_FLIGHT = -1  # not a batch id (they count from 1)
 Done = Callable[[list[Result]], None]
 
 
@@ -231,6 +245,36 @@ class ProcessModel(LoopRequestModel):
         self._inputs.close()
 
 
+class _Unknown:
+    """Whatever the server cannot import, standing in while a message is read for its call id."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def __setstate__(self, state: object) -> None:
+        pass
+
+
+class _Lenient(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return super().find_class(module, name)
+        except Exception:
+            return _Unknown
+
+
+def _call_of(data: bytes) -> tuple[int, str] | None:
+    """(call id, kind) of a pickled call that does not unpickle, read past what it names that the
+    server cannot import; None for another message, or one unreadable even so."""
+    try:
+        message = _Lenient(io.BytesIO(data)).load()
+    except Exception:
+        return None
+    if isinstance(message, tuple) and len(message) > 2 and message[0] == "call":
+        return message[1], str(message[2])
+    return None
+
+
 class _Batch:
     __slots__ = ("done", "senders", "size")
 
@@ -263,7 +307,13 @@ class _Process:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handed_over = False
         self._on_loop = False  # registered with the loop's reader callbacks
-        self._eof = False
+        self._eof = False  # nothing more is read from the process (its end, or a broken stream)
+        self._cause: str | None = None  # why the server ended the process, when it did
+        # the batch it ran when it broke, as the process tells (None: none); else the first in flight
+        self._running: int | None = _FIRST_IN_FLIGHT
+        self._stall_check: asyncio.TimerHandle | None = None  # a partial message on the loop
+        self._closed = False
+        self._close_lock = threading.Lock()  # close() and _watch_exit()
         self.ring = RingReader(owner.settings)
         self.metrics = ForwardedMetrics()  # its custom metrics, released when it ends
         from server.backends.python import process_worker
@@ -302,6 +352,7 @@ class _Process:
         self._inbox: collections.deque[bytes] = collections.deque()  # read, not handled yet
         self.pid = self._process.pid
         self._reader = self._start_reader()
+        threading.Thread(target=self._watch_exit, name=f"{owner.instance}_exit", daemon=True).start()
         if not self._started.wait(owner.settings.stub_timeout_seconds):
             self._process.kill()  # its end settles _ready
             self._ready.result()
@@ -337,7 +388,14 @@ class _Process:
         read them); `done` gets its results."""
         self._reclaim_from_closed_loop()
         # encoded first: a value that cannot be encoded fails the batch before anything waits on it
-        message = hop_frames.encode_exec(batch_id, requests, channels is not None, arena)
+        try:
+            message = hop_frames.encode_exec(batch_id, requests, channels is not None, arena)
+        except TritonError:
+            raise
+        except Exception as exc:  # a bug of ours: the answer names the instance, the log has the traceback
+            where = f"python model '{self.owner.name}' instance '{self.owner.instance}'"
+            _LOG.error("tcli bug sending a batch to %s", where, exc_info=exc)
+            raise TritonError(ErrorCode.INTERNAL, f"{where}: {tcli_bug(exc).message}") from None
         with self._lock:
             dead = self.dead
             if not dead:
@@ -404,8 +462,35 @@ class _Process:
     def close(self) -> None:
         self._process.join(5)
         self.ring.close()
-        self._conn.close()
+        with self._close_lock:
+            self._closed = True
+            self._conn.close()
         self._answers.close()
+
+    def _watch_exit(self) -> None:
+        """Once the process has exited, its stream ends after what it wrote, even when a process it
+        started (a fork, a multiprocessing pool) still holds its end of the pipe open, which would
+        keep the reader waiting for an end that never comes, and the requests in flight with it."""
+        if self.pid is None:  # never started
+            return
+        try:
+            # ready when the process exits, whoever its parent: not its sentinel, which the zygote's
+            # own end (a group's SIGTERM) would set off while the process still serves
+            exited = os.pidfd_open(self.pid)
+        except ProcessLookupError:  # gone already
+            exited = None
+        except (AttributeError, OSError):  # no pidfd (Linux before 5.3): the pipe's end alone tells
+            return
+        if exited is not None:
+            try:
+                wait([exited])
+            finally:
+                os.close(exited)
+        with self._close_lock, contextlib.suppress(OSError):
+            if not self._closed:  # else its descriptor number may be another's by now
+                # the buffered messages are read first, then the end (Linux keeps them for SHUT_RD)
+                with socket.socket(fileno=os.dup(self._conn.fileno())) as ours:
+                    ours.shutdown(socket.SHUT_RD)
 
     def ready(self) -> bool:
         """The model's is_model_ready(), asked in the process; not ready without an answer in time."""
@@ -431,14 +516,20 @@ class _Process:
     def _read(self) -> None:
         """The reader thread: every message until the end, or until the handover to the loop."""
         inbox = self._inbox
-        while True:
+        while self._cause is None:
             if not inbox:
                 try:
-                    inbox.extend(self._messages.next_messages())
+                    inbox.extend(self._messages.next_messages(PARTIAL_MESSAGE_SECONDS))
+                except BrokenStream as exc:
+                    self._break(str(exc))
+                    break
                 except (EOFError, OSError):
                     break
             data = inbox.popleft()
-            message = None if hop_frames.kind_of(data) else pickle.loads(data)
+            if hop_frames.kind_of(data):
+                self._handle_safely(data)
+                continue
+            message = self._unpickled(data)
             if message is not None and message[0] == "handover" and self._loop is not None:
                 try:
                     self._loop.call_soon_threadsafe(self._read_on_loop)
@@ -446,7 +537,8 @@ class _Process:
                     continue
                 self._handed_over = True
                 return  # what it read past the handover stays in the inbox, for the loop
-            self._handle_safely(data, message)
+            if message is not None:
+                self._handle_safely(data, message)
         self._eof = True
         self._ended()
 
@@ -455,15 +547,21 @@ class _Process:
             return
         assert self._loop is not None
         self._handle_inbox()
+        if self._cause is not None:
+            self._finish_on_loop()
+            return
         self._loop.add_reader(self._conn.fileno(), self._readable)
         # uvloop (libuv) makes a polled fd non-blocking: reads wait for data again (a reader callback
         # only reads when there is some, so it never waits)
         os.set_blocking(self._conn.fileno(), True)
         self._on_loop = True
+        self._watch_partial()
 
     def _read_one(self, timeout: float) -> None:
         if self._inbox:
             self._handle_inbox()
+            if self._cause is not None:
+                self._finish_on_loop()
         elif not self._eof and self._conn.poll(timeout):
             self._readable()
 
@@ -471,21 +569,59 @@ class _Process:
         """The loop's reader callback: every message the process has written so far."""
         try:
             self._inbox.extend(self._messages.read())
+        except BrokenStream as exc:
+            self._break(str(exc))
         except (EOFError, OSError):
             self._handle_inbox()
-            self._off_loop()
-            self._eof = True
-            # waiting for the process's exit code must not hold up the loop
-            threading.Thread(target=self._ended, name=f"{self.owner.name}_ended", daemon=True).start()
+            self._finish_on_loop()
             return
         self._handle_inbox()
+        if self._cause is not None:
+            self._finish_on_loop()
+        elif self._messages.partial:
+            self._watch_partial()
+
+    def _finish_on_loop(self) -> None:
+        """The loop reads the process no more (its end, or a stream that broke); what waits on it is
+        answered by _ended(), on a thread: waiting for the process's exit code must not hold up the
+        loop."""
+        self._off_loop()
+        if self._eof:
+            return
+        self._eof = True
+        threading.Thread(target=self._ended, name=f"{self.owner.name}_ended", daemon=True).start()
+
+    def _watch_partial(self) -> None:
+        """Part of a message is read and its rest not: check PARTIAL_MESSAGE_SECONDS later that more
+        came (the reader thread waits with that bound itself)."""
+        if self._stall_check is None and self._messages.partial and self._loop is not None:
+            received = self._messages.received
+            self._stall_check = self._loop.call_later(PARTIAL_MESSAGE_SECONDS, self._check_partial, received)
+
+    def _check_partial(self, received: int) -> None:
+        self._stall_check = None
+        if not self._on_loop or self._eof:
+            return
+        if self._conn.poll(0):  # bytes waiting: a loop may run its timers before it polls (libuv does)
+            self._readable()
+            return
+        if self._messages.partial and self._messages.received == received:
+            self._break(
+                f"it stopped in the middle of a message: no more bytes for {PARTIAL_MESSAGE_SECONDS:g} s"
+            )
+            self._finish_on_loop()
+            return
+        self._watch_partial()
 
     def _handle_inbox(self) -> None:
         inbox = self._inbox
-        while inbox:
+        while inbox and self._cause is None:
             self._handle_safely(inbox.popleft())
 
     def _off_loop(self) -> None:
+        if self._stall_check is not None:
+            self._stall_check.cancel()
+            self._stall_check = None
         if self._on_loop:
             assert self._loop is not None
             self._loop.remove_reader(self._conn.fileno())
@@ -531,10 +667,43 @@ class _Process:
         try:
             if hop_frames.kind_of(data):
                 self._results(data)
-            else:
-                self._handle(pickle.loads(data) if message is None else message)
+                return
+            if message is None:
+                message = self._unpickled(data)
+            if message is not None:
+                self._handle(message)
         except Exception:  # a bug of ours must not stop the instance answering
             _LOG.exception("python model '%s' instance '%s'", self.owner.name, self.owner.instance)
+
+    def _unpickled(self, data: bytes) -> tuple[Any, ...] | None:
+        """A control message; None for one that does not unpickle (logged), and for bytes that are not
+        a pickle at all, which break the stream."""
+        try:
+            message: tuple[Any, ...] = pickle.loads(data)
+        except Exception as exc:
+            cause = f"{type(exc).__name__}: {exc}"
+            if data[:1] != b"\x80":  # neither a frame nor a pickle: garbage on the pipe
+                self._break(f"it sent {len(data)} bytes that are neither a frame nor a message ({cause})")
+                return None
+            # e.g. a class only the model knows, in a log record or a call: a call waits for its answer
+            where = f"python model '{self.owner.name}' instance '{self.owner.instance}'"
+            call = _call_of(data)
+            if call is None:
+                _LOG.error("%s: a message from its process does not unpickle: %s", where, cause)
+            else:
+                text = f"{where}: its call '{call[1]}' does not unpickle in the server ({cause})"
+                _LOG.error("%s", text)
+                self._answer(call[0], text, None)
+            return None
+        return message
+
+    def _break(self, cause: str) -> None:
+        """What the process sends can no longer be trusted: it is ended (the reader stops, and
+        _ended() fails whatever waits on it with `cause`; the instance restarts for later requests)."""
+        if self._cause is None:
+            self._cause = cause
+        with contextlib.suppress(Exception):
+            self._process.kill()
 
     def _results(self, data: bytes) -> None:
         """A DONE or SEND frame: a batch's results, or one response of a sender."""
@@ -542,21 +711,73 @@ class _Process:
         try:
             # writable outputs: views of our own copy of the frame
             frame = hop_frames.decode_results(bytearray(data), self.ring.view, owner.name, owner.version)
+        except hop_frames.FrameError as exc:
+            self._undecodable(data, str(exc))
+            return
         finally:
             self.ring.free(hop_frames.ring_end(data))
         if frame.kind == hop_frames.DONE:
             with self._lock:
-                batch = self._batches.pop(frame.batch_id)
-                for index, result in enumerate(frame.results):
-                    if result is not None:  # answered: its sender is closed
-                        self._channels.pop((frame.batch_id, index), None)
-            batch.done(frame.results)
+                batch = self._batches.get(frame.batch_id)
+                if batch is not None and len(frame.results) == batch.size:
+                    del self._batches[frame.batch_id]
+                    for index, result in enumerate(frame.results):
+                        if result is not None:  # answered: its sender is closed
+                            self._channels.pop((frame.batch_id, index), None)
+            if batch is None:
+                self._break(f"it answered batch {frame.batch_id}, which it was not running")
+            elif len(frame.results) != batch.size:
+                self._fail_batch(
+                    frame.batch_id,
+                    f"it sent {len(frame.results)} results for a batch of {batch.size} requests",
+                )
+            else:
+                batch.done(frame.results)
             return
         key = (frame.batch_id, frame.index)
         with self._lock:
             channel = (self._channels.pop if frame.final else self._channels.get)(key, None)
         if channel is not None:
             channel.send(frame.results[0], frame.final)
+
+    def _undecodable(self, data: bytes, cause: str) -> None:
+        """A DONE or SEND frame that does not decode: the requests its head names fail; a head that
+        names none breaks the stream."""
+        head = hop_frames.results_head(data)
+        if head is None:
+            self._break(f"it sent a frame that does not decode ({cause})")
+            return
+        kind, batch_id, index = head
+        if kind == hop_frames.DONE:
+            if not self._fail_batch(batch_id, f"its results do not decode ({cause})"):
+                self._break(
+                    f"it sent results that do not decode for batch {batch_id}, which it was not running"
+                )
+            return
+        with self._lock:
+            channel = self._channels.pop((batch_id, index), None)
+        error = self._frame_error(f"a response it sent does not decode ({cause})")
+        _LOG.error("%s", error.message)
+        if channel is not None:  # its stream ends here: what the model sends on it later is dropped
+            channel.send(error, True)
+
+    def _fail_batch(self, batch_id: int, cause: str) -> bool:
+        """Fail every request of the batch (each sender still open ends with the error, its final
+        response); False when no such batch runs."""
+        with self._lock:
+            batch = self._batches.pop(batch_id, None)
+            if batch is None:
+                return False
+            still_open = [self._channels.pop((batch_id, i), None) is not None for i in range(batch.size)]
+        error = self._frame_error(cause)
+        _LOG.error("%s", error.message)
+        batch.done([error if is_open or not batch.senders else None for is_open in still_open])
+        return True
+
+    def _frame_error(self, cause: str) -> TritonError:
+        return TritonError(
+            ErrorCode.INTERNAL, f"python model '{self.owner.name}' instance '{self.owner.instance}': {cause}"
+        )
 
     def _handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
@@ -580,6 +801,10 @@ class _Process:
             stream = self._bls_streams.get(message[1])
             if stream is not None:
                 stream.cancel()
+        elif kind == "broken":  # the process found the server's stream broken: it ends itself
+            if message[2] != "?":  # the batch it ran ("?": one it could not read, the first)
+                self._running = message[2]  # the batches behind it never started: they run again
+            self._break(message[1])
 
     def _call(self, call_id: int, kind: str, payload: Any) -> None:
         if kind == "grow":
@@ -587,6 +812,10 @@ class _Process:
                 self._answer(call_id, None, self.ring.grow(payload))
             except TritonError as exc:  # no room in /dev/shm: the message that needed it fails
                 self._answer(call_id, exc.message, None)
+            except Exception as exc:  # anything else: still answered, so the writer never waits forever
+                cause = f"{type(exc).__name__}: {exc}"
+                text = f"Failed to increase the shared memory pool size to hold {payload} bytes ({cause})"
+                self._answer(call_id, text, None)
         elif kind == "bls":  # it waits on another model: off the reader thread
             threading.Thread(target=self._bls, args=(call_id, *payload), daemon=True).start()
         elif kind == "model_control":  # a load waits on the repository: off the reader thread too
@@ -644,6 +873,10 @@ class _Process:
                 f"python model '{self.owner.name}' instance '{self.owner.instance}' was unloaded before "
                 "the response completed",
             )
+        if self._cause is not None:
+            return self._frame_error(
+                f"{self._cause}; its process was ended and the instance restarts for later requests"
+            )
         return TritonError(
             ErrorCode.INTERNAL,
             f"python model '{self.owner.name}' instance '{self.owner.instance}': its process exited "
@@ -651,8 +884,11 @@ class _Process:
         )
 
     def _ended(self) -> None:
-        """The process is gone: whatever waits on it gets an error."""
+        """The process is gone, or no longer heard: whatever waits on it gets an error."""
         self._process.join(5)
+        if self._process.is_alive() and not self._stopping:  # it can no longer answer anything
+            self._break("its pipe to the server closed while it still ran")
+            self._process.join(5)
         self._started.set()
         with self._lock:
             self.dead = True
@@ -674,9 +910,10 @@ class _Process:
                 still_open = [
                     channels.pop((batch_id, index), None) is not None for index in range(batch.size)
                 ]
-                if position > 0 and not self._stopping:
-                    # the process runs its batches in order: the first was running, the ones behind
-                    # it never started and may run elsewhere
+                running = position == 0 if self._running == _FIRST_IN_FLIGHT else batch_id == self._running
+                if not running and not self._stopping:
+                    # the process runs its batches in order: the first was running (unless it said
+                    # which), the ones behind it never started and may run elsewhere
                     batch.done([NotStarted(self.owner.name, self.owner.instance)] * batch.size)
                 else:
                     batch.done([error if is_open or not batch.senders else None for is_open in still_open])

@@ -16,6 +16,10 @@ batched updates go out ahead of the next message, so ahead of the response they 
 answer pipe also brings the news that a request's client went away: a request still waiting here is
 answered CANCELLED instead of run, and a running one reports is_cancelled() from then on.
 
+Every batch is answered: one that does not decode fails its requests, results that cannot be
+encoded become errors, and when even that fails, or the server's stream is past reading, the
+process says why ("broken") and ends, which the server answers for.
+
 Imports only what hosting the model needs (no server, no protobuf): start-up stays short.
 """
 
@@ -32,7 +36,7 @@ import queue
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from server.backends.base import tcli_bug
 from server.backends.python import hop_frames
@@ -43,7 +47,7 @@ from server.backends.python.pb_utils import metric_registry as pb_metric_registr
 from server.backends.python.pb_utils import model_control as pb_model_control
 from server.backends.python.pb_utils import requests as pb_requests
 from server.backends.python.pb_utils import scope as pb_scope
-from server.backends.python.pipe_reader import MessageReader
+from server.backends.python.pipe_reader import BrokenStream, MessageReader
 from server.backends.python.shm import ArenaView, RingWriter
 from server.protocol.errors import ErrorCode, TritonError, client_cancelled
 from server.protocol.types import InferenceRequest, InferenceResponse
@@ -124,6 +128,7 @@ class _Worker:
         self.cancelled: set[tuple[int, int]] = set()
         self._cancel_lock = threading.Lock()  # the answers thread adds, model threads remove
         self._model: PythonModel | None = None  # once initialize() has returned
+        self._running: int | None = None  # the batch execute() runs, if any (told when giving up)
         self._call_ids = itertools.count(1)
         self._arena = ArenaView()
         self._ring = RingWriter(ring_name, self._grow_ring)
@@ -211,12 +216,14 @@ class _Worker:
         while not stopping:
             try:
                 arrived = messages.next_messages()  # under load, several batches at once
+            except BrokenStream as exc:
+                self._give_up(f"its pipe from the server broke ({exc})", "?")
             except (EOFError, OSError):  # the server is gone: nothing left to answer to
                 os._exit(0)
             for data in arrived:
                 if hop_frames.kind_of(data) == hop_frames.EXEC:
                     self._execute(model, bytearray(data))  # writable: the inputs are views of it
-                elif pickle.loads(data)[0] == "stop":
+                elif self._control(data) == "stop":
                     stopping = True
                     break
         with contextlib.suppress(Exception):
@@ -227,9 +234,33 @@ class _Worker:
             self._send_locked(pickle.dumps(("stopped",), _PROTOCOL))
         _exit()
 
+    def _control(self, data: bytes) -> str:
+        try:
+            kind: str = pickle.loads(data)[0]
+        except Exception as exc:
+            self._give_up(f"a message from the server does not unpickle ({type(exc).__name__}: {exc})", None)
+        return kind
+
+    def _give_up(self, cause: str, running: int | str | None) -> NoReturn:
+        """The server's stream cannot be trusted: say why and which batch ran (the server fails it, and
+        hands the ones behind it to the restarted instance) and end. `running`: the batch's id, None
+        for none, "?" for one that could not be read."""
+        # the lock's holder may wait for an answer only the answers thread (perhaps the caller) brings
+        if self._lock.acquire(timeout=5):
+            with contextlib.suppress(Exception):
+                self._send_locked(pickle.dumps(("broken", cause, running), _PROTOCOL))
+        _exit()
+
     def _read_answers(self) -> None:
         while True:
-            message = _receive(self._answers)
+            data = _receive(self._answers)
+            try:
+                message: tuple[Any, ...] = pickle.loads(data)
+            except Exception as exc:  # the call waiting for it would wait forever
+                cause = f"an answer from the server does not unpickle ({type(exc).__name__}: {exc})"
+                for waiting in list(self._calls.values()):  # it was one of theirs: each fails, and
+                    waiting.answers.put((cause, None, False))  # lets go of the lock _give_up() takes
+                self._give_up(cause, self._running)
             if message[0] == "answer":
                 call = self._calls.get(message[1])
                 if call is not None:
@@ -255,8 +286,8 @@ class _Worker:
     def _execute(self, model: PythonModel, frame: bytearray) -> None:
         try:
             batch = hop_frames.decode_exec(frame, self._arena.view)
-        except hop_frames.FrameError:  # a bug of ours or a torn pipe: nothing to answer to
-            _LOG.exception("python model '%s': a batch that does not decode", self._spec.name)
+        except hop_frames.FrameError as exc:
+            self._undecodable(frame, str(exc))
             return
         batch_id, count = batch.batch_id, len(batch.requests)
         # requests whose clients left while they waited here are answered, not run
@@ -265,6 +296,7 @@ class _Worker:
         results: list[InferenceResponse | TritonError | None] = (
             [None] * count if len(waiting) == count else [client_cancelled()] * count
         )
+        self._running = batch_id
         try:
             if waiting:
                 name, version = self._spec.name, self._spec.version
@@ -283,6 +315,24 @@ class _Worker:
             with self._cancel_lock:
                 self.cancelled -= {key for key in self.cancelled if key[0] < batch_id - _CANCELLED_KEPT}
         self.send_results(hop_frames.DONE, batch_id, 0, False, results)
+        self._running = None
+
+    def _undecodable(self, frame: bytearray, cause: str) -> None:
+        """A batch that does not decode (a bug of ours): its requests fail, as its head counts them;
+        a head that cannot be read leaves nothing to answer to but the whole stream."""
+        head = hop_frames.exec_head(frame)
+        if head is None:
+            self._give_up(f"a batch it was sent does not decode ({cause})", "?")
+        batch_id, count = head
+        error = TritonError(
+            ErrorCode.INTERNAL, f"{self._named()}: a batch it was sent does not decode ({cause})"
+        )
+        _LOG.error("%s", error.message)
+        self.send_results(hop_frames.DONE, batch_id, 0, False, [error] * count)
+
+    def _named(self) -> str:
+        spec = self._spec
+        return f"python model '{spec.name}' instance '{spec.initialize_args.get('model_instance_name', '')}'"
 
     def sender_closed(self, batch_id: int, index: int) -> None:
         """A request's response sender sent its final flag: its cancellation is no longer news."""
@@ -305,12 +355,38 @@ class _Worker:
                 failed = [None if r is None else no_room for r in results]
                 frame = hop_frames.encode_results(kind, batch_id, index, final, failed, hop_frames.INLINE)
             except Exception as exc:  # e.g. an output numpy cannot copy: these requests fail
-                ids = [r.id for r in results if isinstance(r, InferenceResponse)]
-                self._log_bug("sending the results of", ids)
-                error = TritonError(ErrorCode.INTERNAL, tcli_bug(exc).message)
-                failed = [None if r is None else error for r in results]
-                frame = hop_frames.encode_results(kind, batch_id, index, final, failed, hop_frames.INLINE)
+                frame = self._failed_frame(kind, batch_id, index, final, results, exc)
             self._send_locked(frame)
+
+    def _failed_frame(
+        self,
+        kind: int,
+        batch_id: int,
+        index: int,
+        final: bool,
+        results: list[InferenceResponse | TritonError | None],
+        exc: Exception,
+    ) -> bytes:
+        """The frame failing `results`, which did not encode: errors only, in the frame. Should even
+        that fail, the process ends, and the server fails what it ran (never a silent drop, which
+        would leave the requests waiting)."""
+        # the server's refusal (a larger ring it could not make) is its own answer; anything else is ours
+        refused = isinstance(exc, pb_utils.TritonModelException)
+        message = f"{self._named()}: {str(exc) if refused else tcli_bug(exc).message}"
+        if refused:
+            _LOG.error("%s", message)
+        else:
+            self._log_bug(
+                "sending the results of", [r.id for r in results if isinstance(r, InferenceResponse)]
+            )
+        for text in (message, "internal error: a bug in tcli: a response could not be sent"):
+            failed = [None if r is None else TritonError(ErrorCode.INTERNAL, text) for r in results]
+            try:
+                return hop_frames.encode_results(kind, batch_id, index, final, failed, hop_frames.INLINE)
+            except Exception:
+                _LOG.exception("%s: the error frame failed too", self._named())
+        cause = f"results it could not encode, nor their errors ({type(exc).__name__}: {exc})"
+        self._give_up(cause, self._running)
 
     def _log_bug(self, doing: str, request_ids: list[str]) -> None:
         """The traceback of the exception being handled, to the server's log (through the pipe)."""
@@ -387,15 +463,14 @@ class _Channel:
         return (self._batch, self._index) in self._worker.cancelled
 
 
-def _receive(conn: Connection) -> tuple[Any, ...]:
+def _receive(conn: Connection) -> bytes:
     try:
-        message: tuple[Any, ...] = pickle.loads(conn.recv_bytes())
+        return conn.recv_bytes()
     except (EOFError, OSError):  # the server is gone: nothing left to answer to
         os._exit(0)
-    return message
 
 
-def _exit() -> None:
+def _exit() -> NoReturn:
     """Leave now: threads the model started must not keep the process alive."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
