@@ -351,8 +351,10 @@ class _Worker:
         with self._lock:
             try:
                 frame = hop_frames.encode_results(kind, batch_id, index, final, results, self._ring)
-            except TritonError as no_room:  # the output ring could not grow: these requests fail so
-                failed = [None if r is None else no_room for r in results]
+            except TritonError as refused:  # e.g. the output ring could not grow: these requests fail
+                error = TritonError(refused.code, f"{self._named()}: {refused.message}")
+                _LOG.error("%s", error.message)
+                failed = [None if r is None else error for r in results]
                 frame = hop_frames.encode_results(kind, batch_id, index, final, failed, hop_frames.INLINE)
             except Exception as exc:  # e.g. an output numpy cannot copy: these requests fail
                 frame = self._failed_frame(kind, batch_id, index, final, results, exc)
