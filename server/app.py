@@ -28,6 +28,7 @@ from server.protocol.shm import SharedMemoryRegistry
 from server.repository.manager import ControlMode, LoadOptions, ModelManager
 from server.scheduling.latency_summary import MetricsConfig
 from server.scheduling.rate_limiter import RateLimiter, ResourceLimit
+from server import signals
 from server.service import InferenceService
 from server.tracing.flags import TraceFlags
 from server.tracing.setup import make_tracer
@@ -423,7 +424,10 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
     """Serve until SIGINT/SIGTERM (the `tcli serve` main loop). Returns the process exit code; raises
     StartupError when a model or repository failed at start-up and `exit_on_error` is set, TlsError
     (server/frontends/tls.py) before loading anything when a certificate or key cannot be used."""
+    # until the front ends listen, a signal ends the process at once, as it ends tritonserver
+    signals.end_on_signal()
     server = Server(settings)
+    signals.end_on_signal(server.manager.cancel_loading)
     server.load_models()
     if settings.exit_on_error:
         failures = server.manager.startup_failures()
@@ -437,12 +441,14 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
 
     def on_signal(number: int) -> None:
         received.append(number)
+        if len(received) > 1:  # a second signal: now
+            signals.end_now(number)
         stop.set()
 
     async def main() -> None:
-        await server.start_frontends()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in signals.STOP_SIGNALS:  # before the front ends listen: a client may already call
             loop.add_signal_handler(sig, on_signal, sig)
+        await server.start_frontends()
         if on_started is not None:
             on_started(server)
         await stop.wait()
@@ -459,6 +465,9 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
     try:
         loop.run_until_complete(main())
     finally:
+        for sig in signals.STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+        signals.end_on_signal()  # a signal while the models unload (the loop no longer runs): now
         server.manager.shutdown(settings.exit_timeout_secs)
         server.service.tracer.close()  # traces still held are written
         loop.close()

@@ -6,11 +6,16 @@ heavy dependencies inside the command functions.
 
 from __future__ import annotations
 
-from typing import Any
+from tcli import startup_signals
 
-import typer
+startup_signals.default_while_starting()  # first: Ctrl-C during the imports below ends tcli quietly
 
-from tcli.commands import analyze, infer, model, perf, repo, serve, trace
+import sys  # noqa: E402
+from typing import Any  # noqa: E402
+
+import typer  # noqa: E402
+
+from tcli.commands import analyze, infer, model, perf, repo, serve, trace  # noqa: E402
 
 app = typer.Typer(
     name="tcli",
@@ -33,6 +38,8 @@ def run(command: Any = None, prog_name: str | None = None) -> None:
     on stderr and a non-zero exit."""
     from tcli.errors import CliError, describe, exit_with
 
+    if command is None and sys.argv[1:2] != ["serve"]:  # serve's server handles signals itself
+        startup_signals.python_handles()
     try:
         (command or app)(prog_name=prog_name)
     except CliError as exc:

@@ -101,6 +101,7 @@ class ModelManager:
         self._origins: dict[str, Repository] = {}  # the repository each model was last loaded from
         self._request_files: dict[str, RequestFiles] = {}  # models loaded from their load request's files
         self._starting = False  # load_startup is running: one heap trim at its end, not one per model
+        self._cancelled = False  # cancel_loading(): the server stops during start-up
 
     # discovery -------------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -243,16 +244,27 @@ class ModelManager:
         else:
             names = list(self.folders())
         self._starting = True
+        pool = ThreadPoolExecutor(max_workers=max(1, self.options.threads), thread_name_prefix="load")
         try:
-            with ThreadPoolExecutor(
-                max_workers=max(1, self.options.threads), thread_name_prefix="load"
-            ) as pool:
-                list(pool.map(self._load_at_startup, names))
+            list(pool.map(self._load_at_startup, names))
+        except BaseException:  # interrupted (Ctrl-C in-process): the caller ends the rest, no wait here
+            self.cancel_loading()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        else:
+            pool.shutdown()
         finally:
             self._starting = False
-            release_freed_memory()
+        release_freed_memory()
+
+    def cancel_loading(self) -> None:
+        """The server is stopping during start-up: models not begun are not loaded, and the loads
+        under way, whose instances end under them, fail without a report."""
+        self._cancelled = True
 
     def _load_at_startup(self, name: str) -> None:
+        if self._cancelled:
+            return
         with self._model_lock(name):
             loaded = self._models.get(name)
             if loaded is not None and loaded.ready_versions():
@@ -262,6 +274,8 @@ class ModelManager:
                     self.load(name)
                     return
                 except TritonError as exc:
+                    if self._cancelled:
+                        return
                     retrying = attempt < self.options.retries
                     log.error(
                         "failed to load '%s': %s%s", name, exc.message, " (retrying)" if retrying else ""

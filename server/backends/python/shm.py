@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import threading
 from collections.abc import Callable, Sequence
 from multiprocessing import shared_memory
 from typing import Any
@@ -36,6 +37,15 @@ INLINE_LIMIT = 16 << 10  # bytes: up to this, a message's tensors ride in the me
 
 
 _serial = itertools.count(1)
+# the names of the segments this process made and has not unlinked yet: what unlink_all() removes when
+# the server ends before its instances were unloaded (a signal during start-up, a second Ctrl-C)
+_created: set[str] = set()
+_created_lock = threading.RLock()  # RLock: unlink_all() may run in a signal handler on any thread's turn
+_closed = False  # once unlink_all() ran, no segment is made any more
+
+
+class SegmentsClosed(RuntimeError):
+    """The server is ending: no new shared memory (what a load still running gets)."""
 
 
 def segment_prefix() -> str:
@@ -44,7 +54,12 @@ def segment_prefix() -> str:
 
 
 def _new_segment(size: int) -> shared_memory.SharedMemory:
-    return shared_memory.SharedMemory(name=f"{segment_prefix()}{next(_serial)}", create=True, size=size)
+    with _created_lock:  # made and recorded as one step, so that unlink_all() misses none
+        if _closed:
+            raise SegmentsClosed("the server is stopping")
+        segment = shared_memory.SharedMemory(name=f"{segment_prefix()}{next(_serial)}", create=True, size=size)
+        _created.add(segment.name)
+    return segment
 
 
 def _drop(segment: shared_memory.SharedMemory | None, unlink: bool) -> None:
@@ -53,9 +68,26 @@ def _drop(segment: shared_memory.SharedMemory | None, unlink: bool) -> None:
     if segment is None:
         return
     if unlink:
+        with _created_lock:
+            _created.discard(segment.name)
         with contextlib.suppress(FileNotFoundError):  # already gone
             segment.unlink()
     segment.close()
+
+
+def unlink_all() -> None:
+    """Remove every segment this process made and still names, and make no more: the process ends
+    (mappings still held stay valid until they are closed, as for any unlinked file)."""
+    global _closed
+    with _created_lock:
+        _closed = True
+        names = list(_created)
+        _created.clear()
+    for name in names:
+        with contextlib.suppress(OSError):
+            segment = shared_memory.SharedMemory(name=name)
+            segment.unlink()  # also tells the resource tracker, which then has nothing to warn about
+            segment.close()
 
 
 def _buf(segment: shared_memory.SharedMemory) -> memoryview:

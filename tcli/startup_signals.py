@@ -1,0 +1,31 @@
+"""Ctrl-C while `tcli` or `tritonserver` is still starting (importing, reading its command line) ends
+it as the signal does: no KeyboardInterrupt traceback from inside an import, and the exit status
+tritonserver has before its handler is installed (killed by SIGINT). `tcli.main.run` gives Ctrl-C back
+to Python (KeyboardInterrupt: "interrupted", 130) for every command but `serve`, whose server installs
+its own handling before it starts anything (server/signals.py).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+_PROGRAMS = {"tcli", "tritonserver"}  # the console scripts; a test importing tcli keeps its Ctrl-C
+_taken = False
+
+
+def default_while_starting() -> None:
+    """SIGINT's default action until the command runs (when Python's handler is in place)."""
+    global _taken
+    if Path(sys.argv[0]).name in _PROGRAMS and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        _taken = True
+
+
+def python_handles() -> None:
+    """Give Ctrl-C back to Python: it raises KeyboardInterrupt, which the command handles."""
+    global _taken
+    if _taken:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _taken = False
