@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from server import signals
 from server.backends.base import DEFAULT_BACKEND_DIRECTORY
+from server.backends.python import process_life
 from server.frontends.ports import Listener, PortInUseError, bind_problem
 from server.frontends.tls import ServerTls, TlsSettings, load_tls
 from server.logs import LogSettings
@@ -28,7 +30,6 @@ from server.protocol.shm import SharedMemoryRegistry
 from server.repository.manager import ControlMode, LoadOptions, ModelManager
 from server.scheduling.latency_summary import MetricsConfig
 from server.scheduling.rate_limiter import RateLimiter, ResourceLimit
-from server import signals
 from server.service import InferenceService
 from server.tracing.flags import TraceFlags
 from server.tracing.setup import make_tracer
@@ -193,7 +194,13 @@ class Server:
     # in-process use --------------------------------------------------------------------------------
     def start(self) -> Server:
         self.check_ports()  # a port in use stops start-up before any model loads
-        self.load_models()
+        try:
+            self.load_models()
+        except BaseException:  # Ctrl-C while loading: what loaded is unloaded, the rest not waited for
+            self.end_loading()
+            self.manager.shutdown(self.settings.exit_timeout_secs)
+            self.service.tracer.close()
+            raise
         ready = threading.Event()
         failure: list[BaseException] = []
 
@@ -267,8 +274,16 @@ class Server:
             if self._thread is not None:
                 self._thread.join(5)
             self._loop = None
+        self.end_loading()
         self.manager.shutdown(self.settings.exit_timeout_secs)
         self.service.tracer.close()  # traces still held are written
+
+    def end_loading(self) -> None:
+        """Loads under way (start-up's, a poll's reload, a load request) end now, their instance
+        processes still starting killed, instead of holding the stop up for as long as a model's
+        initialize() takes; they fail without a report."""
+        self.manager.cancel_loading()
+        process_life.cancel_starting()
 
     def __enter__(self) -> Server:
         return self.start()
@@ -468,6 +483,7 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
         for sig in signals.STOP_SIGNALS:
             loop.remove_signal_handler(sig)
         signals.end_on_signal()  # a signal while the models unload (the loop no longer runs): now
+        server.end_loading()
         server.manager.shutdown(settings.exit_timeout_secs)
         server.service.tracer.close()  # traces still held are written
         loop.close()

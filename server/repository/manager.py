@@ -247,14 +247,15 @@ class ModelManager:
         pool = ThreadPoolExecutor(max_workers=max(1, self.options.threads), thread_name_prefix="load")
         try:
             list(pool.map(self._load_at_startup, names))
-        except BaseException:  # interrupted (Ctrl-C in-process): the caller ends the rest, no wait here
+        except BaseException:  # interrupted (Ctrl-C in-process): the loads not begun never will
             self.cancel_loading()
+            # the loads under way finish on their own (a framework's C++ cannot be stopped midway);
+            # the interpreter's exit waits for them
             pool.shutdown(wait=False, cancel_futures=True)
             raise
-        else:
-            pool.shutdown()
         finally:
             self._starting = False
+        pool.shutdown()
         release_freed_memory()
 
     def cancel_loading(self) -> None:
@@ -434,7 +435,8 @@ class ModelManager:
             try:
                 self.load(name)
             except TritonError as exc:
-                log.error("Poll failed for model directory '%s': %s", name, exc.message)
+                if not self._cancelled:  # the server stops: the load was ended on purpose
+                    log.error("Poll failed for model directory '%s': %s", name, exc.message)
         for name in list(self._models) if names is None else [n for n in names if n in self._models]:
             if name not in located:
                 changed.append(name)

@@ -314,6 +314,7 @@ class _Process:
         if error is not None:
             self.stop()
             raise TritonError(ErrorCode.INTERNAL, error)
+        process_life.serving(self._process)
 
     def _start_reader(self) -> threading.Thread:
         owner = self.owner

@@ -20,7 +20,6 @@ zygote and the resource tracker, so the server leaves nothing behind.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import multiprocessing
 import multiprocessing.util
@@ -46,8 +45,10 @@ if TYPE_CHECKING:
 # the same thread starts a process)
 _start_lock = threading.RLock()
 _started: weakref.WeakSet[BaseProcess] = weakref.WeakSet()  # instance processes started here
+_starting: weakref.WeakSet[BaseProcess] = weakref.WeakSet()  # of those, the ones not serving yet
 _ending = False  # end_all() began: no process starts any more
-_JOIN_SECONDS = 2.0  # a killed process is gone in milliseconds; the bound keeps a stuck join from hanging the exit
+# a killed process is gone in milliseconds; the bound keeps a stuck join from holding the exit up
+_JOIN_SECONDS = 2.0
 _temp_dir_lock = threading.Lock()
 # what every instance process needs, imported once in the zygote
 _PRELOAD = ["numpy", "server.backends.python.process_worker"]
@@ -58,7 +59,24 @@ def instance_context() -> ForkServerContext:
     context: ForkServerContext = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(_PRELOAD)
     _short_socket_folder()
+    with main_hidden():  # the zygote does not run the server's __main__ either
+        if not _ending:
+            _start_zygote()
     return context
+
+
+def _start_zygote() -> None:
+    """Start the zygote, if it is not running, with SIGINT blocked: Ctrl-C reaches the whole process
+    group, and a new interpreter it meets while still initializing dies with "Fatal Python error:
+    init_sys_streams" and a traceback. The zygote ignores SIGINT once it runs (the resource tracker
+    is started this way by multiprocessing itself), and so do the instance processes it forks."""
+    from multiprocessing import forkserver
+
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 # A Unix socket's path holds 107 bytes; multiprocessing puts the zygote's socket at
@@ -95,9 +113,28 @@ def start(process: BaseProcess) -> None:
         if _ending:
             raise TritonError(ErrorCode.UNAVAILABLE, "the server is stopping: no instance process starts")
         if not _started:
-            atexit.register(end_all)  # before multiprocessing's own clean-up, which runs after it
+            # at exit, inside multiprocessing's own clean-up, before it joins its children (which
+            # ignore its SIGTERM); the in-process server's own stop at exit comes before both
+            multiprocessing.util.Finalize(None, end_all, exitpriority=0)
         process.start()
         _started.add(process)
+        _starting.add(process)
+
+
+def serving(process: BaseProcess) -> None:
+    """The process's model is initialized: cancel_starting() leaves it alone from now on."""
+    _starting.discard(process)
+
+
+def cancel_starting() -> None:
+    """Kill the instance processes still starting (their model's initialize() under way): the
+    server stops, and their loads fail now instead of holding the stop up for as long as initialize()
+    takes. The loads report it (`ModelManager.cancel_loading` keeps the report out of the log)."""
+    with _start_lock:
+        processes = list(_starting)
+    for process in processes:
+        with contextlib.suppress(Exception):  # ended already, or closed
+            process.kill()
 
 
 def ending() -> bool:

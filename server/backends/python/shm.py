@@ -42,6 +42,10 @@ _serial = itertools.count(1)
 _created: set[str] = set()
 _created_lock = threading.RLock()  # RLock: unlink_all() may run in a signal handler on any thread's turn
 _closed = False  # once unlink_all() ran, no segment is made any more
+# the server's arenas and rings not closed yet, held here until they are: one its owner dropped without
+# closing (a stop that Ctrl-C interrupted) would be collected with its segment under the tail's numpy
+# view, which prints "BufferError: cannot close exported pointers exist"; unlink_all() closes them
+_owners: set[InputArena | RingReader] = set()
 
 
 class SegmentsClosed(RuntimeError):
@@ -57,7 +61,9 @@ def _new_segment(size: int) -> shared_memory.SharedMemory:
     with _created_lock:  # made and recorded as one step, so that unlink_all() misses none
         if _closed:
             raise SegmentsClosed("the server is stopping")
-        segment = shared_memory.SharedMemory(name=f"{segment_prefix()}{next(_serial)}", create=True, size=size)
+        segment = shared_memory.SharedMemory(
+            name=f"{segment_prefix()}{next(_serial)}", create=True, size=size
+        )
         _created.add(segment.name)
     return segment
 
@@ -81,6 +87,11 @@ def unlink_all() -> None:
     global _closed
     with _created_lock:
         _closed = True
+        owners = list(_owners)
+    for owner in owners:
+        with contextlib.suppress(Exception):  # a view still held: its name goes below all the same
+            owner.close()
+    with _created_lock:
         names = list(_created)
         _created.clear()
     for name in names:
@@ -118,6 +129,8 @@ class InputArena:
     def __init__(self, settings: PythonSettings = DEFAULT_SETTINGS) -> None:
         self.segment: shared_memory.SharedMemory | None = None
         self._settings = settings  # its sizes: --backend-config=python,shm-*-byte-size
+        with _created_lock:
+            _owners.add(self)
 
     def place(
         self, arrays: Sequence[np.ndarray[Any, Any]]
@@ -143,6 +156,8 @@ class InputArena:
     def close(self) -> None:
         _drop(self.segment, unlink=True)
         self.segment = None
+        with _created_lock:
+            _owners.discard(self)
 
 
 def _copy_in(buf: memoryview, offset: int, arrays: Sequence[np.ndarray[Any, Any]]) -> list[int]:
@@ -184,6 +199,8 @@ class RingReader:
         self.segment: shared_memory.SharedMemory | None = None
         self._tail: np.ndarray[Any, Any] | None = None
         self._settings = settings  # its sizes: --backend-config=python,shm-*-byte-size
+        with _created_lock:
+            _owners.add(self)
         self.grow(0)
 
     @property
@@ -195,7 +212,7 @@ class RingReader:
         """A new ring with room for `needed` bytes; every message written in the old one has been
         read (messages are read in order, and the writer waits for this answer), so it goes."""
         old_size = self.segment.size - _HEADER if self.segment is not None else 0
-        self.close()
+        self._release()
         size = next_size(self._settings, old_size, needed, max(2 * needed, 2 * old_size))
         self.segment = _new_segment(_HEADER + size)
         self._tail = np.frombuffer(_buf(self.segment), np.int64, 1, 0)
@@ -210,7 +227,12 @@ class RingReader:
             self._tail[0] = end  # one aligned 8-byte store, which the writer reads whole
 
     def close(self) -> None:
-        self._tail = None
+        self._release()
+        with _created_lock:
+            _owners.discard(self)
+
+    def _release(self) -> None:
+        self._tail = None  # first: the segment closes only once no view of it is left
         _drop(self.segment, unlink=True)
         self.segment = None
 
