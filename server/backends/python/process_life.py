@@ -32,7 +32,7 @@ import time
 import types
 import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from server.backends.python import shm
 from server.protocol.errors import ErrorCode, TritonError
@@ -170,7 +170,7 @@ def _stop_helpers() -> None:
     (in-process use) would keep its stop waiting."""
     from multiprocessing import forkserver, resource_tracker
 
-    zygote = forkserver._forkserver  # type: ignore[attr-defined]
+    zygote: Any = forkserver._forkserver  # its private parts: CPython has no public way to stop it
 
     def stop() -> None:
         pid = zygote._forkserver_pid  # killed: it has nothing to finish (its exit took 0.5 s)
