@@ -557,6 +557,8 @@ class ModelManager:
 
         if config.platform == backends.ENSEMBLE:
             return self._load_ensemble(config, version)
+        if self._cancelled:  # the server stops: no instance starts (a poll's reload, a load request)
+            return VersionEntry(version, ModelState.UNAVAILABLE, "the server is stopping")
         entry = VersionEntry(version, ModelState.LOADING)
         settings = self.options.backend_config
         context = ModelContext(

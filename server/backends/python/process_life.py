@@ -47,6 +47,7 @@ _start_lock = threading.RLock()
 _started: weakref.WeakSet[BaseProcess] = weakref.WeakSet()  # instance processes started here
 _starting: weakref.WeakSet[BaseProcess] = weakref.WeakSet()  # of those, the ones not serving yet
 _ending = False  # end_all() began: no process starts any more
+_at_exit = False  # end_all() is registered to run at exit
 # a killed process is gone in milliseconds; the bound keeps a stuck join from holding the exit up
 _JOIN_SECONDS = 2.0
 _temp_dir_lock = threading.Lock()
@@ -112,13 +113,20 @@ def start(process: BaseProcess) -> None:
     with main_hidden():
         if _ending:
             raise TritonError(ErrorCode.UNAVAILABLE, "the server is stopping: no instance process starts")
-        if not _started:
-            # at exit, inside multiprocessing's own clean-up, before it joins its children (which
-            # ignore its SIGTERM); the in-process server's own stop at exit comes before both
-            multiprocessing.util.Finalize(None, end_all, exitpriority=0)
+        _end_at_exit()
         process.start()
         _started.add(process)
         _starting.add(process)
+
+
+def _end_at_exit() -> None:
+    """Have end_all() run at exit, inside multiprocessing's own clean-up, before it joins its children
+    (which ignore its SIGTERM); the in-process server's stop at exit (a weakref finalizer) comes
+    before both."""
+    global _at_exit
+    if not _at_exit:
+        multiprocessing.util.Finalize(None, end_all, exitpriority=0)
+        _at_exit = True
 
 
 def serving(process: BaseProcess) -> None:
