@@ -3,7 +3,8 @@
 `Server` runs in-process (tests, notebooks): `with Server(settings) as server: server.http_url`.
 `run(settings)` is what `tcli serve` calls: it serves until SIGINT/SIGTERM, then stops accepting,
 drains in-flight requests up to the exit timeout, and unloads every model. On SIGTERM it first answers
-not ready while it goes on serving, until requests stop coming (`Server.unready`).
+not ready while it goes on serving, until requests stop coming (`Server.unready`). A signal before the
+front ends listen, or a second one, ends the process at once (`server/signals.py`).
 """
 
 from __future__ import annotations
@@ -471,7 +472,7 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
         began = loop.time()
         if received[0] == signal.SIGTERM:  # Ctrl-C (SIGINT) is a person who wants it stopped now
             log.info("SIGTERM: not ready; serving until no request has arrived for %ss", QUIET_SECS)
-            await server.unready(timeout / 2, lambda: len(received) > 1)  # half the exit timeout at most
+            await server.unready(timeout / 2)  # half the exit timeout at most (a second signal: now)
         remaining = timeout - (loop.time() - began)
         log.info("signal received: draining in-flight requests (up to %.1fs)", remaining)
         await server.drain(remaining)
