@@ -197,7 +197,7 @@ class Server:
         self.check_ports()  # a port in use stops start-up before any model loads
         try:
             self.load_models()
-        except BaseException:  # Ctrl-C while loading: what loaded is unloaded, the rest not waited for
+        except BaseException:  # Ctrl-C while loading: what loaded is unloaded; loads under way go on
             self.end_loading()
             self.manager.shutdown(self.settings.exit_timeout_secs)
             self.service.tracer.close()

@@ -6,16 +6,13 @@ heavy dependencies inside the command functions.
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
+import typer
+
 from tcli import startup_signals
-
-startup_signals.default_while_starting()  # first: Ctrl-C during the imports below ends tcli quietly
-
-import sys  # noqa: E402
-from typing import Any  # noqa: E402
-
-import typer  # noqa: E402
-
-from tcli.commands import analyze, infer, model, perf, repo, serve, trace  # noqa: E402
+from tcli.commands import analyze, infer, model, perf, repo, serve, trace
 
 app = typer.Typer(
     name="tcli",

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 
 def run() -> None:
-    from tcli import startup_signals
-
-    startup_signals.default_while_starting()  # Ctrl-C during the imports ends it quietly
     import typer
 
     from tcli.commands import serve

@@ -101,7 +101,7 @@ class ModelManager:
         self._origins: dict[str, Repository] = {}  # the repository each model was last loaded from
         self._request_files: dict[str, RequestFiles] = {}  # models loaded from their load request's files
         self._starting = False  # load_startup is running: one heap trim at its end, not one per model
-        self._cancelled = False  # cancel_loading(): the server stops during start-up
+        self._cancelled = False  # cancel_loading(): the server stops, and loads no more
 
     # discovery -------------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -259,8 +259,9 @@ class ModelManager:
         release_freed_memory()
 
     def cancel_loading(self) -> None:
-        """The server is stopping during start-up: models not begun are not loaded, and the loads
-        under way, whose instances end under them, fail without a report."""
+        """The server is stopping: start-up's models not begun are not loaded, no load starts an
+        instance any more, and the loads under way, whose instances end under them, fail without a
+        report."""
         self._cancelled = True
 
     def _load_at_startup(self, name: str) -> None:

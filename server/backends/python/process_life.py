@@ -60,24 +60,7 @@ def instance_context() -> ForkServerContext:
     context: ForkServerContext = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(_PRELOAD)
     _short_socket_folder()
-    with main_hidden():  # the zygote does not run the server's __main__ either
-        if not _ending:
-            _start_zygote()
     return context
-
-
-def _start_zygote() -> None:
-    """Start the zygote, if it is not running, with SIGINT blocked: Ctrl-C reaches the whole process
-    group, and a new interpreter it meets while still initializing dies with "Fatal Python error:
-    init_sys_streams" and a traceback. The zygote ignores SIGINT once it runs (the resource tracker
-    is started this way by multiprocessing itself), and so do the instance processes it forks."""
-    from multiprocessing import forkserver
-
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
-    try:
-        forkserver.ensure_running()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 # A Unix socket's path holds 107 bytes; multiprocessing puts the zygote's socket at
@@ -114,9 +97,24 @@ def start(process: BaseProcess) -> None:
         if _ending:
             raise TritonError(ErrorCode.UNAVAILABLE, "the server is stopping: no instance process starts")
         _end_at_exit()
-        process.start()
+        with _sigint_blocked():
+            process.start()
         _started.add(process)
         _starting.add(process)
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread, and so in what it starts (the zygote, the first time; a process
+    under an execution environment's python): Ctrl-C reaches the whole process group, and a new
+    interpreter it meets while still initializing dies with "Fatal Python error: init_sys_streams" and
+    a traceback. Once running they ignore SIGINT (the zygote, and the instance processes it forks);
+    multiprocessing starts its resource tracker the same way."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _end_at_exit() -> None:
