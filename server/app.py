@@ -3,7 +3,8 @@
 `Server` runs in-process (tests, notebooks): `with Server(settings) as server: server.http_url`.
 `run(settings)` is what `tcli serve` calls: it serves until SIGINT/SIGTERM, then stops accepting,
 drains in-flight requests up to the exit timeout, and unloads every model. On SIGTERM it first answers
-not ready while it goes on serving, until requests stop coming (`Server.unready`).
+not ready while it goes on serving, until requests stop coming (`Server.unready`). A signal before the
+front ends listen, or a second one, ends the process at once (`server/signals.py`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from server import signals
 from server.backends.base import DEFAULT_BACKEND_DIRECTORY
+from server.backends.python import process_life
 from server.frontends.header_forward import HeaderForward
 from server.frontends.ports import Listener, PortInUseError, bind_problem
 from server.frontends.tls import ServerTls, TlsSettings, load_tls
@@ -197,7 +200,13 @@ class Server:
     # in-process use --------------------------------------------------------------------------------
     def start(self) -> Server:
         self.check_ports()  # a port in use stops start-up before any model loads
-        self.load_models()
+        try:
+            self.load_models()
+        except BaseException:  # Ctrl-C while loading: what loaded is unloaded; loads under way go on
+            self.end_loading()
+            self.manager.shutdown(self.settings.exit_timeout_secs)
+            self.service.tracer.close()
+            raise
         ready = threading.Event()
         failure: list[BaseException] = []
 
@@ -271,8 +280,16 @@ class Server:
             if self._thread is not None:
                 self._thread.join(5)
             self._loop = None
+        self.end_loading()
         self.manager.shutdown(self.settings.exit_timeout_secs)
         self.service.tracer.close()  # traces still held are written
+
+    def end_loading(self) -> None:
+        """Loads under way (start-up's, a poll's reload, a load request) end now, their instance
+        processes still starting killed, instead of holding the stop up for as long as a model's
+        initialize() takes; they fail without a report."""
+        self.manager.cancel_loading()
+        process_life.cancel_starting()
 
     def __enter__(self) -> Server:
         return self.start()
@@ -430,7 +447,10 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
     """Serve until SIGINT/SIGTERM (the `tcli serve` main loop). Returns the process exit code; raises
     StartupError when a model or repository failed at start-up and `exit_on_error` is set, TlsError
     (server/frontends/tls.py) before loading anything when a certificate or key cannot be used."""
+    # until the front ends listen, a signal ends the process at once, as it ends tritonserver
+    signals.end_on_signal()
     server = Server(settings)
+    signals.end_on_signal(server.manager.cancel_loading)
     server.load_models()
     if settings.exit_on_error:
         failures = server.manager.startup_failures()
@@ -444,12 +464,14 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
 
     def on_signal(number: int) -> None:
         received.append(number)
+        if len(received) > 1:  # a second signal: now
+            signals.end_now(number)
         stop.set()
 
     async def main() -> None:
-        await server.start_frontends()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in signals.STOP_SIGNALS:  # before the front ends listen: a client may already call
             loop.add_signal_handler(sig, on_signal, sig)
+        await server.start_frontends()
         if on_started is not None:
             on_started(server)
         await stop.wait()
@@ -457,7 +479,7 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
         began = loop.time()
         if received[0] == signal.SIGTERM:  # Ctrl-C (SIGINT) is a person who wants it stopped now
             log.info("SIGTERM: not ready; serving until no request has arrived for %ss", QUIET_SECS)
-            await server.unready(timeout / 2, lambda: len(received) > 1)  # half the exit timeout at most
+            await server.unready(timeout / 2)  # half the exit timeout at most (a second signal: now)
         remaining = timeout - (loop.time() - began)
         log.info("signal received: draining in-flight requests (up to %.1fs)", remaining)
         await server.drain(remaining)
@@ -466,6 +488,10 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
     try:
         loop.run_until_complete(main())
     finally:
+        for sig in signals.STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+        signals.end_on_signal()  # a signal while the models unload (the loop no longer runs): now
+        server.end_loading()
         server.manager.shutdown(settings.exit_timeout_secs)
         server.service.tracer.close()  # traces still held are written
         loop.close()

@@ -6,10 +6,12 @@ heavy dependencies inside the command functions.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import typer
 
+from tcli import startup_signals
 from tcli.commands import analyze, infer, model, perf, repo, serve, trace
 
 app = typer.Typer(
@@ -33,6 +35,8 @@ def run(command: Any = None, prog_name: str | None = None) -> None:
     on stderr and a non-zero exit."""
     from tcli.errors import CliError, describe, exit_with
 
+    if command is None and sys.argv[1:2] != ["serve"]:  # serve's server handles signals itself
+        startup_signals.python_handles()
     try:
         (command or app)(prog_name=prog_name)
     except CliError as exc:

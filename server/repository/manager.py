@@ -108,6 +108,7 @@ class ModelManager:
         self._request_files: dict[str, RequestFiles] = {}  # models loaded from their load request's files
         self._starting = False  # load_startup is running: one heap trim at its end, not one per model
         self._missing_at_startup: list[str] = []  # --load-model names no repository holds
+        self._cancelled = False  # cancel_loading(): the server stops, and loads no more
 
     # discovery -------------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -263,16 +264,29 @@ class ModelManager:
         else:
             names = list(self.folders())
         self._starting = True
+        pool = ThreadPoolExecutor(max_workers=max(1, self.options.threads), thread_name_prefix="load")
         try:
-            with ThreadPoolExecutor(
-                max_workers=max(1, self.options.threads), thread_name_prefix="load"
-            ) as pool:
-                list(pool.map(self._load_at_startup, names))
+            list(pool.map(self._load_at_startup, names))
+        except BaseException:  # interrupted (Ctrl-C in-process): the loads not begun never will
+            self.cancel_loading()
+            # the loads under way finish on their own (a framework's C++ cannot be stopped midway);
+            # the interpreter's exit waits for them
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
         finally:
             self._starting = False
-            release_freed_memory()
+        pool.shutdown()
+        release_freed_memory()
+
+    def cancel_loading(self) -> None:
+        """The server is stopping: start-up's models not begun are not loaded, no load starts an
+        instance any more, and the loads under way, whose instances end under them, fail without a
+        report."""
+        self._cancelled = True
 
     def _load_at_startup(self, name: str) -> None:
+        if self._cancelled:
+            return
         with self._model_lock(name):
             loaded = self._models.get(name)
             if loaded is not None and loaded.ready_versions():
@@ -282,6 +296,8 @@ class ModelManager:
                     self.load(name)
                     return
                 except TritonError as exc:
+                    if self._cancelled:
+                        return
                     retrying = attempt < self.options.retries
                     log.error(
                         "failed to load '%s': %s%s", name, exc.message, " (retrying)" if retrying else ""
@@ -453,7 +469,8 @@ class ModelManager:
             try:
                 self.load(name)
             except TritonError as exc:
-                log.error("Poll failed for model directory '%s': %s", name, exc.message)
+                if not self._cancelled:  # the server stops: the load was ended on purpose
+                    log.error("Poll failed for model directory '%s': %s", name, exc.message)
         for name in list(self._models) if names is None else [n for n in names if n in self._models]:
             if name not in located:
                 changed.append(name)
@@ -581,6 +598,8 @@ class ModelManager:
 
         if config.platform == backends.ENSEMBLE:
             return self._load_ensemble(config, version)
+        if self._cancelled:  # the server stops: no instance starts (a poll's reload, a load request)
+            return VersionEntry(version, ModelState.UNAVAILABLE, "the server is stopping")
         entry = VersionEntry(version, ModelState.LOADING)
         settings = self.options.backend_config
         context = ModelContext(

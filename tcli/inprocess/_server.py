@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from server import signals
 from server.app import Server as AppServer
 from server.frontends.ports import PortInUseError
 from server.protocol import json_messages
@@ -83,6 +84,7 @@ class Server:
         settings = self.options.to_settings()
         assert settings.log_settings is not None
         log = install_log(settings.log_settings)
+        signals.end_on_sigterm()  # SIGTERM still ends the program, but leaves no process or shared memory
         app = AppServer(settings)
         try:
             app.start()  # a front end that cannot bind: nothing loaded is left, nothing listens

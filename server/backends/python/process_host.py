@@ -62,7 +62,7 @@ from server.backends.base import (
     ResponseChannel,
     tcli_bug,
 )
-from server.backends.python import execution_env, hop_frames, readiness
+from server.backends.python import execution_env, hop_frames, process_life, readiness
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.backend_settings import python_settings
 from server.backends.python.host import HostSpec, answered
@@ -70,7 +70,7 @@ from server.backends.python.metric_forwarding import ForwardedMetrics
 from server.backends.python.pb_utils import model_control as pb_model_control
 from server.backends.python.pb_utils import scope as pb_scope
 from server.backends.python.pipe_reader import BrokenStream, MessageReader
-from server.backends.python.process_life import exit_text, instance_context, main_hidden, server_state
+from server.backends.python.process_life import exit_text, instance_context, server_state
 from server.backends.python.shm import InputArena, RingReader, fits_inline
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.types import InferenceResponse
@@ -339,8 +339,7 @@ class _Process:
             daemon=True,  # gone with the server, even when it exits without unloading
         )
         try:
-            with main_hidden():
-                self._process.start()
+            process_life.start(self._process)  # refused once the server is ending
         except BaseException:
             self.ring.close()
             for conn in (self._conn, self._answers, child_conn, child_answers):
@@ -366,6 +365,7 @@ class _Process:
         if error is not None:
             self.stop()
             raise TritonError(ErrorCode.INTERNAL, error)
+        process_life.serving(self._process)
 
     def _start_reader(self) -> threading.Thread:
         owner = self.owner
@@ -885,6 +885,8 @@ class _Process:
 
     def _ended(self) -> None:
         """The process is gone, or no longer heard: whatever waits on it gets an error."""
+        if process_life.ending():  # the server ends and killed it: no crash to report
+            self._stopping = True
         self._process.join(5)
         if self._process.is_alive() and not self._stopping:  # it can no longer answer anything
             self._break("its pipe to the server closed while it still ran")

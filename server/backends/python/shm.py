@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import threading
 from collections.abc import Callable, Sequence
 from multiprocessing import shared_memory
 from typing import Any
@@ -37,6 +38,19 @@ INLINE_LIMIT = 16 << 10  # bytes: up to this, a message's tensors ride in the me
 
 
 _serial = itertools.count(1)
+# the names of the segments this process made and has not unlinked yet: what unlink_all() removes when
+# the server ends before its instances were unloaded (a signal during start-up, a second Ctrl-C)
+_created: set[str] = set()
+_created_lock = threading.RLock()  # RLock: unlink_all() may run in a signal handler on any thread's turn
+_closed = False  # once unlink_all() ran, no segment is made any more
+# the server's arenas and rings not closed yet, held here until they are: one its owner dropped without
+# closing (a stop that Ctrl-C interrupted) would be collected with its segment under the tail's numpy
+# view, which prints "BufferError: cannot close exported pointers exist"; unlink_all() closes them
+_owners: set[InputArena | RingReader] = set()
+
+
+class SegmentsClosed(RuntimeError):
+    """The server is ending: no new shared memory (what a load still running gets)."""
 
 
 def segment_prefix() -> str:
@@ -61,16 +75,21 @@ def _new_segment(size: int, least: int | None = None) -> shared_memory.SharedMem
     """A new segment of `size` bytes, else of `least` (the room the caller cannot do without) when
     /dev/shm has no room for `size`; NoRoom when it has none for either. The pages are reserved now:
     tmpfs grants a segment of any size, and the first write to a page it cannot back then kills the
-    writer (SIGBUS), the server itself for the input arena."""
+    writer (SIGBUS), the server itself for the input arena. Each is made and recorded as one step,
+    so that unlink_all() misses none."""
     error: OSError | None = None
     name = ""
     for attempt in dict.fromkeys((size, size if least is None else least)):
-        name = f"{segment_prefix()}{next(_serial)}"
-        try:
-            segment = shared_memory.SharedMemory(name=name, create=True, size=attempt)
-        except OSError as exc:
-            error = exc
-            continue
+        with _created_lock:
+            if _closed:
+                raise SegmentsClosed("the server is stopping")
+            name = f"{segment_prefix()}{next(_serial)}"
+            try:
+                segment = shared_memory.SharedMemory(name=name, create=True, size=attempt)
+            except OSError as exc:
+                error = exc
+                continue
+            _created.add(segment.name)
         try:
             _reserve(segment, attempt)
         except OSError as exc:
@@ -94,9 +113,31 @@ def _drop(segment: shared_memory.SharedMemory | None, unlink: bool) -> None:
     if segment is None:
         return
     if unlink:
+        with _created_lock:
+            _created.discard(segment.name)
         with contextlib.suppress(FileNotFoundError):  # already gone
             segment.unlink()
     segment.close()
+
+
+def unlink_all() -> None:
+    """Remove every segment this process made and still names, and make no more: the process ends
+    (mappings still held stay valid until they are closed, as for any unlinked file)."""
+    global _closed
+    with _created_lock:
+        _closed = True
+        owners = list(_owners)
+    for owner in owners:
+        with contextlib.suppress(Exception):  # a view still held: its name goes below all the same
+            owner.close()
+    with _created_lock:
+        names = list(_created)
+        _created.clear()
+    for name in names:
+        with contextlib.suppress(OSError):
+            segment = shared_memory.SharedMemory(name=name)
+            segment.unlink()  # also tells the resource tracker, which then has nothing to warn about
+            segment.close()
 
 
 def _buf(segment: shared_memory.SharedMemory) -> memoryview:
@@ -127,6 +168,8 @@ class InputArena:
     def __init__(self, settings: PythonSettings = DEFAULT_SETTINGS) -> None:
         self.segment: shared_memory.SharedMemory | None = None
         self._settings = settings  # its sizes: --backend-config=python,shm-*-byte-size
+        with _created_lock:
+            _owners.add(self)
 
     def place(
         self, arrays: Sequence[np.ndarray[Any, Any]]
@@ -151,6 +194,8 @@ class InputArena:
     def close(self) -> None:
         _drop(self.segment, unlink=True)
         self.segment = None
+        with _created_lock:
+            _owners.discard(self)
 
 
 def _copy_in(buf: memoryview, offset: int, arrays: Sequence[np.ndarray[Any, Any]]) -> list[int]:
@@ -192,6 +237,8 @@ class RingReader:
         self.segment: shared_memory.SharedMemory | None = None
         self._tail: np.ndarray[Any, Any] | None = None
         self._settings = settings  # its sizes: --backend-config=python,shm-*-byte-size
+        with _created_lock:
+            _owners.add(self)
         self.grow(0)
 
     @property
@@ -205,7 +252,7 @@ class RingReader:
         old_size = self.segment.size - _HEADER if self.segment is not None else 0
         size = next_size(self._settings, old_size, needed, max(2 * needed, 2 * old_size))
         new = _new_segment(_HEADER + size, _HEADER + needed)  # NoRoom: the writer keeps the old one
-        self.close()
+        self._release()
         self.segment = new
         self._tail = np.frombuffer(_buf(self.segment), np.int64, 1, 0)
         return self.segment.name
@@ -219,7 +266,12 @@ class RingReader:
             self._tail[0] = end  # one aligned 8-byte store, which the writer reads whole
 
     def close(self) -> None:
-        self._tail = None
+        self._release()
+        with _created_lock:
+            _owners.discard(self)
+
+    def _release(self) -> None:
+        self._tail = None  # first: the segment closes only once no view of it is left
         _drop(self.segment, unlink=True)
         self.segment = None
 

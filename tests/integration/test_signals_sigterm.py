@@ -1,0 +1,25 @@
+"""SIGTERM at any moment of `tcli serve`'s first 5 s (the example repository loading, then serving), in
+100 ms steps, to the server process alone as a supervisor sends it (`kill`, Kubernetes): the server
+ends within 5 s with tritonserver's exit code, no traceback, no shared memory and no process left
+(instance processes, the zygote, the resource tracker). Ctrl-C: test_signals_sigint.py."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.integration.signal_runs import copy_repository, signal_after
+
+STEPS = [step / 10 for step in range(51)]  # 0.0 s to 5.0 s
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return copy_repository(tmp_path_factory.mktemp("sigterm"))
+
+
+@pytest.mark.parametrize("delay", STEPS, ids=[f"{d:.1f}s" for d in STEPS])
+def test_sigterm_ends_the_server_cleanly(repo: Path, delay: float) -> None:
+    signal_after(repo, repo.parent, signal.SIGTERM, delay, group=False)
