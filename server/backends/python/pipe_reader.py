@@ -23,6 +23,9 @@ class MessageReader:
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._buffer = bytearray()
+        # read into, again and again: a fresh _CHUNK of bytes per os.read() is, past malloc's mmap
+        # threshold, an mmap, a page fault, an mremap and a munmap for every message that wakes us
+        self._chunk = memoryview(bytearray(_CHUNK))
         self.eof = False
 
     def pending(self) -> list[bytes]:
@@ -53,18 +56,18 @@ class MessageReader:
         nothing on a non-blocking descriptor). At the end of the stream `eof` is set, and an
         EOFError raised once nothing complete is left."""
         try:
-            data = os.read(self._fd, _CHUNK)
+            size = os.readv(self._fd, (self._chunk,))
         except BlockingIOError:
             return self.pending()
         except InterruptedError:
             return self.pending()
-        if not data:
+        if not size:
             self.eof = True
             messages = self.pending()
             if not messages:
                 raise EOFError
             return messages
-        self._buffer += data
+        self._buffer += self._chunk[:size]
         return self.pending()
 
     def next_messages(self) -> list[bytes]:
