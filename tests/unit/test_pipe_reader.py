@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 
 import pytest
 
-from server.backends.python.pipe_reader import MessageReader
+from server.backends.python.pipe_reader import MessageReader, write_message
 
 
 def test_several_messages_written_with_send_bytes_come_out_of_one_read_in_order() -> None:
@@ -52,3 +53,20 @@ def test_a_negative_length_is_refused() -> None:
         MessageReader(read_end).next_messages()
     os.close(read_end)
     os.close(write_end)
+
+
+def test_messages_written_with_write_message_are_read_by_recv_bytes_and_by_the_reader() -> None:
+    ours, theirs = multiprocessing.Pipe()
+    sent = [b"frame", b"", bytearray(range(256)) * 1024]  # the last one larger than a pipe holds
+    writer = threading.Thread(target=lambda: [write_message(theirs.fileno(), m) for m in sent * 2])
+    writer.start()
+    got = [ours.recv_bytes() for _ in sent]  # multiprocessing's own reader
+    reader = MessageReader(ours.fileno())
+    while len(got) < 2 * len(sent):
+        got += reader.next_messages()
+    writer.join(10)
+    assert got == [bytes(m) for m in sent * 2]
+    ours.close()
+    with pytest.raises(OSError):  # the reader is gone
+        write_message(theirs.fileno(), b"late")
+    theirs.close()

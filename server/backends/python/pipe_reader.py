@@ -3,8 +3,9 @@ the peer has written so far, where `Connection.recv_bytes` takes one message per
 load the server and an instance process so take several requests or responses per wake-up.
 
 The framing is Connection's own (a 4-byte big-endian signed length, or -1 and an 8-byte length for a
-message over 2 GiB), so the writer keeps `send_bytes`. A message cut short by a non-blocking read
-stays in the buffer until the rest arrives.
+message over 2 GiB), so a writer may keep `send_bytes`; the per-request frames go through
+`write_message`, one writev without send_bytes' Python-level checks. A message cut short by a
+non-blocking read stays in the buffer until the rest arrives.
 """
 
 from __future__ import annotations
@@ -15,6 +16,19 @@ import struct
 _SHORT = struct.Struct("!i")
 _LONG = struct.Struct("!Q")
 _CHUNK = 1 << 18
+_LARGEST_SHORT = 0x7FFFFFFF
+
+
+def write_message(fd: int, data: bytes | bytearray) -> None:
+    """`data` as one message in Connection's framing, on a blocking descriptor (OSError when the
+    reader is gone): its head and body in one writev, with no copy of the body."""
+    size = len(data)
+    head = _SHORT.pack(size) if size <= _LARGEST_SHORT else _SHORT.pack(-1) + _LONG.pack(size)
+    written = os.writev(fd, (head, data))
+    if written < len(head) + size:  # cut short (a signal, or a full pipe): the rest in order
+        rest = memoryview(head + data)[written:]
+        while rest:
+            rest = rest[os.write(fd, rest) :]
 
 
 class MessageReader:
