@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import os
 import struct
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.context import BaseContext
 
 _SHORT = struct.Struct("!i")
 _LONG = struct.Struct("!Q")
@@ -92,3 +97,36 @@ class MessageReader:
                 raise EOFError
             messages = self.read()
         return messages
+
+
+class PipePair:
+    """Both directions between the server and an instance process, each an os.pipe() Connection:
+    a pipe wakes its reader for less than a socketpair (multiprocessing's duplex Pipe) does. Reads
+    go to `fileno()`, so that it stands where a duplex Connection stood; writes to `write_fileno()`."""
+
+    def __init__(self, reader: Connection, writer: Connection) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    def fileno(self) -> int:
+        return self.reader.fileno()
+
+    def write_fileno(self) -> int:
+        return self.writer.fileno()
+
+    def send_bytes(self, data: bytes) -> None:
+        self.writer.send_bytes(data)
+
+    def poll(self, timeout: float) -> bool:
+        return self.reader.poll(timeout)
+
+    def close(self) -> None:
+        self.reader.close()
+        self.writer.close()
+
+
+def pipe_pairs(context: BaseContext) -> tuple[PipePair, PipePair]:
+    """The server's end and the instance's end of two pipes, one each way."""
+    ours_in, theirs_out = context.Pipe(duplex=False)
+    theirs_in, ours_out = context.Pipe(duplex=False)
+    return PipePair(ours_in, ours_out), PipePair(theirs_in, theirs_out)

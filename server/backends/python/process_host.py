@@ -61,7 +61,7 @@ from server.backends.python.host import HostSpec, answered
 from server.backends.python.metric_forwarding import ForwardedMetrics
 from server.backends.python.pb_utils import model_control as pb_model_control
 from server.backends.python.pb_utils import scope as pb_scope
-from server.backends.python.pipe_reader import MessageReader, write_message
+from server.backends.python.pipe_reader import MessageReader, pipe_pairs, write_message
 from server.backends.python.process_life import exit_text, instance_context, main_hidden, server_state
 from server.backends.python.shm import InputArena, RingReader, fits_inline
 from server.protocol.errors import ErrorCode, TritonError
@@ -273,7 +273,7 @@ class _Process:
         context = environment_context or instance_context()
         # a forked child takes the server's environment and directory of now; a started one has them
         state = server_state() if environment_context is None else None
-        self._conn, child_conn = context.Pipe()
+        self._conn, child_conn = pipe_pairs(context)
         child_answers, self._answers = context.Pipe(duplex=False)
         levels = {
             "": logging.getLogger().getEffectiveLevel(),
@@ -348,7 +348,7 @@ class _Process:
             done([NotStarted(self.owner.name, self.owner.instance)] * len(requests))
             return
         with contextlib.suppress(OSError), self._send_lock:  # it just died: _ended() answers for it
-            write_message(self._conn.fileno(), message)
+            write_message(self._conn.write_fileno(), message)
         for index, request in enumerate(requests):  # over the answer pipe, read even while it executes
             request.when_cancelled(partial(self._send_answer, ("cancel", batch_id, index)))
 
