@@ -466,7 +466,8 @@ class PythonModel(RequestModel):
     # conversions -----------------------------------------------------------------------------------
     def _to_pb(self, request: InferenceRequest, sender: Any = None, is_cancelled: Any = None) -> Any:
         inputs = [pb_host.input_tensor(t.name, t.data, t.datatype) for t in request.inputs]
-        flags, correlation_id, timeout, parameters = 0, 0, 0, request.parameters
+        flags, timeout, parameters = 0, 0, request.parameters
+        correlation_id: int | str = 0
         if parameters:  # most requests have none: their properties would read an empty dict
             flags = (1 if request.sequence_start else 0) | (2 if request.sequence_end else 0)
             correlation_id, timeout = request.correlation_id, request.timeout_us
