@@ -5,7 +5,8 @@ load the server and an instance process so take several requests or responses pe
 The framing is Connection's own (a 4-byte big-endian signed length, or -1 and an 8-byte length for a
 message over 2 GiB), so a writer may keep `send_bytes`; the per-request frames go through
 `write_message`, one writev without send_bytes' Python-level checks. A message cut short by a
-non-blocking read stays in the buffer until the rest arrives.
+non-blocking read stays in the buffer until the rest arrives. The server and an instance process
+talk over a `PipePair`, an os.pipe() each way.
 """
 
 from __future__ import annotations
