@@ -137,6 +137,7 @@ def _launch(
     log_path: Path,
     cpus: Sequence[int] | None,
     env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         command,
@@ -145,6 +146,7 @@ def _launch(
         start_new_session=True,
         preexec_fn=_pinned(cpus),
         env=env,
+        cwd=cwd,
     )
 
 
@@ -162,8 +164,11 @@ def start_tcli(
     command = [str(TCLI), "serve", *map(str, repos), "--http-port", str(http), "--grpc-port", str(grpc)]
     command += ["--metrics-port", str(metrics), *extra]
     env = None if source is None else {**os.environ, "PYTHONPATH": str(source)}
+    # in `source` too: instance processes start as `python -c`, whose sys.path begins with the working
+    # directory, so from a checkout's root they would import that checkout's `server`, not `source`'s
     launched = time.monotonic()
-    return Server("tcli", _launch("tcli", command, log_path, cpus, env), http, grpc, log_path, launched)
+    process = _launch("tcli", command, log_path, cpus, env, source)
+    return Server("tcli", process, http, grpc, log_path, launched)
 
 
 def start_triton(

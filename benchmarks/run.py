@@ -50,11 +50,13 @@ Scenarios (--only names in brackets; benchmarks/NOTES.md says what each measures
                 requests (real perf_analyzer, c=4), against add_sub on the same server: >= 0.90.
   12 [tracing]   add_sub over HTTP at c=4 (real perf_analyzer), Triton's trace file at rate 1000
                 against tracing off, on one tcli server, alternately: >= 0.97.
-  13 [hop]       add_sub in its own process against in the server process, one HTTP client,
-                alternately (process_hop_cost.py): (a) the server's CPU per request at most 50 µs
-                more in the default path; (b) the instance process's CPU per request <= 80 µs;
-                (c) info: that CPU step by step, woken by a pipe per request against a hot loop
-                (hop_breakdown.py).
+  13 [hop]       add_sub's CPU per request in each process, tcli's default path (server, instance
+                process) and in-server path beside real Triton (tritonserver, its stub), real
+                perf_analyzer at c=1 and 4 over HTTP and gRPC, the sides alternated
+                (process_hop_cost.py): (a) the default path's server share at most the in-server
+                path's whole request; (b) the instance process within 1.2x Triton's stub; the ratio is
+                tcli's default-path throughput over Triton's; (c) info: the instance loop's CPU step
+                by step, woken by a pipe per request against a hot loop (hop_breakdown.py).
   14 [analyze]   (opt-in: --only analyze; about 7 minutes) tcli analyze against Model Analyzer 1.58
                 in brute mode on a python model sleeping 2 + 0.25n ms, 20 ms p99 budget: the best
                 config's throughput under real perf_analyzer >= 1.00 of MA's, wall time <= 1/5 of

@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks import digits_batching, frontend, hop_breakdown, instances, process_hop_cost, scale, startup
 from benchmarks.context import Summary
+from benchmarks.harness import Load
 from benchmarks.observe import Counts
 from benchmarks.process_hop_cost import Hop, Pass
 from benchmarks.repos import IN_SERVER
@@ -88,25 +89,35 @@ def test_example_repository_is_ready_within_two_seconds() -> None:
     assert startup.ready_passed(2.5) is False  # within the old 3 s, not issue 27's 2 s
 
 
-def hop(default_server: float, in_server_server: float, instance: float) -> Hop:
-    default, in_server = Pass(700, default_server, instance), Pass(400, in_server_server, 0)
-    return Hop(default, in_server, {"add_sub": [default], IN_SERVER: [in_server]})
+def hop(default_server: float, in_server_total: float, instance: float, stub: float) -> Hop:
+    triton, default = Pass(2800, 160, stub), Pass(2100, default_server, instance)
+    in_server = Pass(3500, in_server_total, 0)
+    passes = {"triton": [triton], "tcli": [default], "in server": [in_server]}
+    return Hop(Load("add_sub", "http", 1), triton, default, in_server, passes)
 
 
 @pytest.mark.parametrize(
-    ("default_server", "in_server_server", "instance", "expected"),
+    ("default_server", "in_server_total", "instance", "stub", "expected"),
     [
-        (250, 210, 70, (True, True)),
-        (260, 210, 80, (True, True)),  # at both limits
-        (265, 210, 70, (False, True)),  # the hop costs the server 55 µs
-        (250, 210, 95, (True, False)),
-        (400, 240, 230, (False, False)),  # issue 27's measurement before the work
+        (160, 170, 100, 95, (True, True)),
+        (170, 170, 114, 95, (True, True)),  # at both limits
+        (175, 170, 100, 95, (False, True)),  # the server's share above the in-server path's whole request
+        (160, 170, 115, 95, (True, False)),  # above 1.2x the stub
+        (237, 169, 147, 95, (False, False)),  # issue 33's measurement before the work
     ],
 )
-def test_hop_rows_hold_the_servers_extra_cpu_and_the_instances_cpu(
-    default_server: float, in_server_server: float, instance: float, expected: tuple[bool, bool]
+def test_hop_rows_hold_the_servers_share_and_the_instance_against_tritons_stub(
+    default_server: float, in_server_total: float, instance: float, stub: float, expected: tuple[bool, bool]
 ) -> None:
-    assert process_hop_cost.verdicts(hop(default_server, in_server_server, instance)) == expected
+    assert process_hop_cost.verdicts(hop(default_server, in_server_total, instance, stub)) == expected
+
+
+def test_hop_row_shows_both_servers_figures_and_the_throughput_ratio() -> None:
+    row = process_hop_cost.row(hop(237, 169, 147, 95), "setup")
+    assert row.tcli == "237 + 147 = 384 µs · 2,100/s"
+    assert row.reference == "160 + 95 = 255 µs · 2,800/s (Triton)"
+    assert row.ratio == pytest.approx(0.75)
+    assert row.passed is False
 
 
 def launch(ready_s: float, pss_mb: float) -> Launch:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 
 import pytest
 
-from server.backends.python.pipe_reader import BrokenStream, MessageReader
+from server.backends.python.pipe_reader import BrokenStream, MessageReader, write_message
 
 
 def test_several_messages_written_with_send_bytes_come_out_of_one_read_in_order() -> None:
@@ -69,3 +70,20 @@ def test_a_message_whose_rest_never_comes_is_a_broken_stream() -> None:
     with pytest.raises(EOFError):  # between messages there is no bound: only the end ends the wait
         reader.next_messages(stall_seconds=0.05)
     os.close(read_end)
+
+
+def test_messages_written_with_write_message_are_read_by_recv_bytes_and_by_the_reader() -> None:
+    ours, theirs = multiprocessing.Pipe()
+    sent = [b"frame", b"", bytearray(range(256)) * 1024]  # the last one larger than a pipe holds
+    writer = threading.Thread(target=lambda: [write_message(theirs.fileno(), m) for m in sent * 2])
+    writer.start()
+    got = [ours.recv_bytes() for _ in sent]  # multiprocessing's own reader
+    reader = MessageReader(ours.fileno())
+    while len(got) < 2 * len(sent):
+        got += reader.next_messages()
+    writer.join(10)
+    assert got == [bytes(m) for m in sent * 2]
+    ours.close()
+    with pytest.raises(OSError):  # the reader is gone
+        write_message(theirs.fileno(), b"late")
+    theirs.close()

@@ -296,8 +296,11 @@ class _Reader:
     def tensor(self, segment: Callable[[], memoryview | None]) -> Tensor:
         buffer, start = self.buffer, self.position
         name_size, datatype, ndim, place = _TENSOR.unpack_from(buffer, self.take(_TENSOR.size))
-        self.take(name_size + 8 * ndim)
-        head = bytes(buffer[start : self.position])
+        # the descriptor and the size after it (u64) checked at once: every request reads these
+        head_end = start + _TENSOR.size + name_size + 8 * ndim
+        if head_end + 8 > self.end:
+            raise FrameError(f"frame cut short: a tensor descriptor at {start} runs past {self.end}")
+        head = bytes(buffer[start:head_end])
         known = _DESCRIPTORS.get(head)
         if known is None:
             known = _descriptor(head, name_size, datatype, ndim)
@@ -305,15 +308,17 @@ class _Reader:
             if len(_DESCRIPTORS) > _CACHED:
                 _DESCRIPTORS.pop(next(iter(_DESCRIPTORS)))
         name, datatype, shape, count = known
-        if place == 1:
+        if place == 0:
+            (nbytes,) = _U64.unpack_from(buffer, head_end)
+            self.position = head_end + 8
+            source, start = buffer, self.take(nbytes)
+        elif place == 1:
+            self.position = head_end
             nbytes, start = _SIZES.unpack_from(buffer, self.take(16))
             shared = segment()
             if shared is None or start + nbytes > len(shared):
                 raise FrameError(f"tensor '{name}' lies outside its shared segment")
             source = shared
-        elif place == 0:
-            (nbytes,) = _U64.unpack_from(buffer, self.take(8))
-            source, start = buffer, self.take(nbytes)
         else:
             raise FrameError(f"tensor '{name}' has place {place}")
         if datatype == _BYTES:

@@ -489,19 +489,19 @@ class PythonModel(RequestModel):
     # conversions -----------------------------------------------------------------------------------
     def _to_pb(self, request: InferenceRequest, sender: Any = None, is_cancelled: Any = None) -> Any:
         inputs = [pb_host.input_tensor(t.name, t.data, t.datatype) for t in request.inputs]
-        flags = (1 if request.sequence_start else 0) | (2 if request.sequence_end else 0)
-        parameters = (
-            {k: v for k, v in request.parameters.items() if k not in _RESERVED_PARAMETERS}
-            if request.parameters
-            else {}
-        )
+        flags, timeout, parameters = 0, 0, request.parameters
+        correlation_id: int | str = 0
+        if parameters:  # most requests have none: their properties would read an empty dict
+            flags = (1 if request.sequence_start else 0) | (2 if request.sequence_end else 0)
+            correlation_id, timeout = request.correlation_id, request.timeout_us
+            parameters = {k: v for k, v in parameters.items() if k not in _RESERVED_PARAMETERS}
         return pb_host.new_execute_request(
             inputs=inputs,
             requested_output_names=[o.name for o in request.outputs] or self._outputs,
             request_id=request.id,
-            correlation_id=request.correlation_id,
+            correlation_id=correlation_id,
             flags=flags,
-            timeout=request.timeout_us,
+            timeout=timeout,
             parameters=parameters,
             model_name=self.name,
             model_version=int(self.version),

@@ -45,7 +45,6 @@ import logging
 import os
 import pickle
 import queue
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -69,7 +68,7 @@ from server.backends.python.host import HostSpec, answered
 from server.backends.python.metric_forwarding import ForwardedMetrics
 from server.backends.python.pb_utils import model_control as pb_model_control
 from server.backends.python.pb_utils import scope as pb_scope
-from server.backends.python.pipe_reader import BrokenStream, MessageReader
+from server.backends.python.pipe_reader import BrokenStream, MessageReader, pipe_pairs, write_message
 from server.backends.python.process_life import exit_text, instance_context, server_state
 from server.backends.python.shm import InputArena, RingReader, fits_inline
 from server.protocol.errors import ErrorCode, TritonError
@@ -82,6 +81,9 @@ if TYPE_CHECKING:
 
 _LOG = logging.getLogger("tcli.python_process")
 _STOP_SECONDS = 30.0
+# after its process exited, how long its stream may take to end by itself (a process it started may
+# hold the pipe open) before it is ended here
+_EXIT_GRACE_S = 2.0
 # an instance whose process dies this often within the window is not started again: its version
 # becomes UNAVAILABLE with the reason, instead of restarting forever
 CRASH_LIMIT, CRASH_WINDOW_S = 5, 60.0
@@ -314,6 +316,7 @@ class _Process:
         self._stall_check: asyncio.TimerHandle | None = None  # a partial message on the loop
         self._closed = False
         self._close_lock = threading.Lock()  # close() and _watch_exit()
+        self._ending = False  # _ended() has begun
         self.ring = RingReader(owner.settings)
         self.metrics = ForwardedMetrics()  # its custom metrics, released when it ends
         from server.backends.python import process_worker
@@ -323,7 +326,7 @@ class _Process:
         context = environment_context or instance_context()
         # a forked child takes the server's environment and directory of now; a started one has them
         state = server_state() if environment_context is None else None
-        self._conn, child_conn = context.Pipe()
+        self._conn, child_conn = pipe_pairs(context)
         child_answers, self._answers = context.Pipe(duplex=False)
         levels = {
             "": logging.getLogger().getEffectiveLevel(),
@@ -406,7 +409,7 @@ class _Process:
             done([NotStarted(self.owner.name, self.owner.instance)] * len(requests))
             return
         with contextlib.suppress(OSError), self._send_lock:  # it just died: _ended() answers for it
-            self._conn.send_bytes(message)
+            write_message(self._conn.write_fileno(), message)
         for index, request in enumerate(requests):  # over the answer pipe, read even while it executes
             request.when_cancelled(partial(self._send_answer, ("cancel", batch_id, index)))
 
@@ -486,11 +489,38 @@ class _Process:
                 wait([exited])
             finally:
                 os.close(exited)
-        with self._close_lock, contextlib.suppress(OSError):
-            if not self._closed:  # else its descriptor number may be another's by now
-                # the buffered messages are read first, then the end (Linux keeps them for SHUT_RD)
-                with socket.socket(fileno=os.dup(self._conn.fileno())) as ours:
-                    ours.shutdown(socket.SHUT_RD)
+        # a pipe cannot be shut down from this end: what the process wrote before it exited is read
+        # first (its natural end follows at once when nobody else holds the pipe), then, should the
+        # end not come, the stream ends here
+        if self._gone.wait(_EXIT_GRACE_S) or self._closed:
+            return
+        loop = self._loop
+        if self._on_loop and loop is not None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: ended from here instead
+                loop.call_soon_threadsafe(self._end_on_loop)
+                return
+        self._eof = True
+        self._ended()
+
+    def _end_on_loop(self) -> None:
+        if self._eof:
+            return
+        self._readable_now()
+        self._off_loop()
+        self._eof = True
+        threading.Thread(target=self._ended, name=f"{self.owner.name}_ended", daemon=True).start()
+
+    def _readable_now(self) -> None:
+        """What the pipe holds now, handled (non-blocking: the loop's descriptor may be blocking)."""
+        fd = self._conn.fileno()
+        blocking = os.get_blocking(fd)
+        os.set_blocking(fd, False)
+        try:
+            with contextlib.suppress(EOFError, OSError):
+                self._inbox.extend(self._messages.read())
+        finally:
+            os.set_blocking(fd, blocking)
+        self._handle_inbox()
 
     def ready(self) -> bool:
         """The model's is_model_ready(), asked in the process; not ready without an answer in time."""
@@ -884,7 +914,12 @@ class _Process:
         )
 
     def _ended(self) -> None:
-        """The process is gone, or no longer heard: whatever waits on it gets an error."""
+        """The process is gone, or no longer heard: whatever waits on it gets an error (once: the
+        reader and the exit watcher may both get here)."""
+        with self._lock:
+            if self._ending:
+                return
+            self._ending = True
         if process_life.ending():  # the server ends and killed it: no crash to report
             self._stopping = True
         self._process.join(5)

@@ -47,7 +47,7 @@ from server.backends.python.pb_utils import metric_registry as pb_metric_registr
 from server.backends.python.pb_utils import model_control as pb_model_control
 from server.backends.python.pb_utils import requests as pb_requests
 from server.backends.python.pb_utils import scope as pb_scope
-from server.backends.python.pipe_reader import BrokenStream, MessageReader
+from server.backends.python.pipe_reader import BrokenStream, MessageReader, PipePair, write_message
 from server.backends.python.shm import ArenaView, RingWriter
 from server.protocol.errors import ErrorCode, TritonError, client_cancelled
 from server.protocol.types import InferenceRequest, InferenceResponse
@@ -63,7 +63,7 @@ _CANCELLED_KEPT = 4096  # cancellations remembered for requests no sender is lef
 
 
 def main(
-    conn: Connection,
+    conn: PipePair,
     answers: Connection,
     spec: HostSpec,
     ring_name: str,
@@ -104,7 +104,7 @@ class _Call:
 class _Worker:
     def __init__(
         self,
-        conn: Connection,
+        conn: PipePair,
         answers: Connection,
         spec: HostSpec,
         ring_name: str,
@@ -151,7 +151,7 @@ class _Worker:
     def _send_locked(self, data: bytes) -> None:
         self._send_handover()
         self._send_metrics_locked()
-        self._conn.send_bytes(data)
+        write_message(self._conn.write_fileno(), data)
 
     def _send_metrics_locked(self) -> None:
         """The custom metrics' batched updates, if any, ahead of whatever goes next."""

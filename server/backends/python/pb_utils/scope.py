@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from server.backends.python.pb_utils.errors import TritonModelException
@@ -55,14 +54,25 @@ def current_model_scope() -> ModelScope | None:
     return _MODEL_SCOPE.get() or _default_scope
 
 
-@contextmanager
-def model_scope(scope: ModelScope) -> Iterator[None]:
+class _Scoped:
+    """model_scope()'s context manager: a class, as it wraps every execute() (a generator-based
+    one costs a generator and contextlib's bookkeeping per batch)."""
+
+    __slots__ = ("_scope", "_token")
+
+    def __init__(self, scope: ModelScope) -> None:
+        self._scope = scope
+
+    def __enter__(self) -> None:
+        self._token = _MODEL_SCOPE.set(self._scope)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _MODEL_SCOPE.reset(self._token)
+
+
+def model_scope(scope: ModelScope) -> AbstractContextManager[None]:
     """Run model code (auto_complete_config, initialize, execute, finalize) as `scope`, in this context."""
-    token = _MODEL_SCOPE.set(scope)
-    try:
-        yield
-    finally:
-        _MODEL_SCOPE.reset(token)
+    return _Scoped(scope)
 
 
 def set_default_model_scope(scope: ModelScope | None) -> None:
