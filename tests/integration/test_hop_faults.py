@@ -47,39 +47,38 @@ STALL_SECONDS = 2.0  # the server's bound on a half-written message, shortened f
 MODEL = """
 import json
 import os
-import socket
+import select
 import time
-from multiprocessing import connection
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from server.backends.python import hop_frames
+from server.backends.python import hop_frames, process_worker
 
 # the fault the next result frame (DONE or SEND) of this process gets; a negative input arms it
 FAULT = {"next": None}
 PIPE_FAULTS = ("garbage_length", "dies_mid_frame", "stalls_mid_frame", "closes_pipe", "dies_leaving_child")
 ENCODE_FAULTS = ("torn_frame", "short_head", "unknown_batch", "unencodable", "unencodable_always")
-_send_bytes = connection.Connection.send_bytes
+_write_message = process_worker.write_message
 _encode_results = hop_frames.encode_results
 
 
-def faulty_send(conn, data, *args):
+def faulty_write(fd, data):  # the instance's frame writer, with the armed fault on the next result frame
     fault = FAULT["next"]
     if fault not in PIPE_FAULTS or bytes(data[:1]) not in (b"\\x02", b"\\x03"):
-        return _send_bytes(conn, data, *args)
+        return _write_message(fd, data)
     FAULT["next"] = None
-    fd = conn.fileno()
     if fault == "garbage_length":  # four bytes that are no message's length, then the frame
         os.write(fd, (-2).to_bytes(4, "big", signed=True))
-        return _send_bytes(conn, data, *args)
+        return _write_message(fd, data)
     if fault == "dies_leaving_child":  # a child of it keeps its end of the pipe open
         if os.fork() == 0:
-            while os.read(fd, 1 << 16):  # until the server closes its end
-                pass
+            waiting = select.poll()  # until the server closes its end (a minute at most)
+            waiting.register(fd, select.POLLERR)
+            waiting.poll(60_000)
             os._exit(0)
         os._exit(5)
     if fault == "closes_pipe":  # the server reads the end of the stream; the process goes on
-        socket.socket(fileno=os.dup(fd)).shutdown(socket.SHUT_WR)
+        os.close(fd)
     else:
         message = len(data).to_bytes(4, "big") + bytes(data)
         os.write(fd, message[: len(message) // 2])
@@ -122,7 +121,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.fault = config["parameters"]["FAULT"]["string_value"]
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
-        connection.Connection.send_bytes = faulty_send
+        process_worker.write_message = faulty_write
         hop_frames.encode_results = faulty_encode
 
     def execute(self, requests):
