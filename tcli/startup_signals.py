@@ -5,14 +5,13 @@ first of all (tcli/__init__.py); `tcli.main.run` gives Ctrl-C back to Python (Ke
 "interrupted", 130) for every command but `serve`, whose server installs its own handling before it
 starts anything (server/signals.py).
 
-Only modules the interpreter has loaded already, and the builtin `_signal` (`signal` imports enum and
-functools first: 10 ms more of the window).
+Only modules the interpreter has loaded already, and `signal`.
 """
 
 from __future__ import annotations
 
-import _signal
 import os
+import signal
 import sys
 
 # the console scripts; a test importing tcli keeps its Ctrl-C
@@ -25,9 +24,9 @@ def default_while_starting() -> None:
     global _taken
     if (
         os.path.basename(sys.argv[0]) in _PROGRAMS
-        and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
     ):
-        _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         _taken = True
 
 
@@ -35,5 +34,5 @@ def python_handles() -> None:
     """Give Ctrl-C back to Python: it raises KeyboardInterrupt, which the command handles."""
     global _taken
     if _taken:
-        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         _taken = False

@@ -30,18 +30,14 @@ def loaded(name: str, version: str, config: ModelConfig, instances: Sequence[obj
     that feeds them."""
     if not _LOG.isEnabledFor(logging.DEBUG):
         return
-    for spec, instance in zip(instance_specs(config), instances, strict=False):
-        pid = getattr(instance, "pid", None)
-        where = f"in its own process (pid {pid})" if pid is not None else "in the server process"
-        kind = spec.kind.removeprefix("KIND_")
+    for spec in instance_specs(config)[: len(instances)]:
         _LOG.debug(
-            "created instance '%s' of model '%s' version %s on %s device %d, %s",
+            "created instance '%s' of model '%s' version %s on %s device %d",
             spec.name,
             name,
             version,
-            kind,
+            spec.kind.removeprefix("KIND_"),
             spec.device_id,
-            where,
         )
     _LOG.debug("model '%s' version %s: %s", name, version, describe_scheduler(config))
 
