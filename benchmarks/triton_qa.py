@@ -34,7 +34,11 @@ fixed ports 8000-8002, so one subtest runs at a time; `--isolate` runs the whole
 mount namespaces of its own, where no other server holds them and /dev/shm is 1 GiB, as in Triton's
 CI (test_growth_error relies on that). Checkouts:
 `git archive v2.51.0 qa/L0_backend_python qa/python_models qa/common` of the server repository and
-`git archive r24.10` of python_backend.
+`git archive r24.10` of python_backend. bls and ensemble copy models from the qa's DATADIR (its
+`--datadir`), which Triton's qa/common scripts make (torch and onnx are in the project's venv):
+
+    cd CHECKOUT/qa/common && python gen_qa_models.py --libtorch --onnx --models_dir DATA/qa_model_repository
+    python gen_qa_implicit_models.py --onnx --models_dir DATA/qa_sequence_implicit_model_repository
 """
 
 from __future__ import annotations
@@ -272,6 +276,7 @@ def run_subtest(
     tcli_path: Path,
     keep: Path | None,
     client_dir: Path | None = None,
+    datadir: Path | None = None,
 ) -> Outcome:
     _wait_for_ports()
     scratch = Path(tempfile.mkdtemp(prefix=f"triton_qa_{subtest}_{server}_"))
@@ -296,7 +301,7 @@ def run_subtest(
             NVIDIA_TRITON_SERVER_VERSION="24.10",
             REPO_VERSION="24.10",
             PYTHON_BACKEND_REPO_TAG="r24.10",
-            DATADIR=str(scratch / "data"),
+            DATADIR=str(datadir or scratch / "data"),
             TRITON_DIR=str(triton_dir),
             SERVER=str(triton_dir / "bin" / "tritonserver"),
             BACKEND_DIR=str(REFERENCE / "backends" if server == "triton" else triton_dir / "backends"),
@@ -403,6 +408,7 @@ def _run_all(
                 args.tcli_path,
                 args.keep,
                 client_dir,
+                args.datadir.resolve() if args.datadir else None,
             )
             row[server] = outcome
             clash = " PORT CLASH: a qa port was taken by another server; rerun" if outcome.port_clash else ""
@@ -428,6 +434,7 @@ def main() -> None:
     parser.add_argument("--tcli-path", type=Path, default=ROOT, help="PYTHONPATH of tcli's server")
     parser.add_argument("--keep", type=Path, help="copy each run's scratch folder (logs) here")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every case")
+    parser.add_argument("--datadir", type=Path, help="the qa's DATADIR (qa_model_repository, ...): see above")
     parser.add_argument(
         "--isolate",
         action="store_true",
