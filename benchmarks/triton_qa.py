@@ -12,7 +12,8 @@ these adaptations are made around them:
 - `$TRITON_DIR/bin/tritonserver` is a small script that starts the chosen server with the qa's flags
   and `--exit-on-error=false --strict-readiness=false`, so a model that cannot load here fails
   alone: the qa's GPU models, and on real Triton those importing torch (its python stub's
-  environment has none), where strict readiness kept the server from ever being ready for test.sh;
+  environment has none), where strict readiness kept the server from ever being ready for test.sh
+  (not in lifecycle, which waits for a server whose model fails to exit, as by default);
 - `pip`/`pip3` on PATH do nothing (the qa swaps torch builds: never in the project's venv), and
   `git clone .../python_backend` copies a local checkout of triton-inference-server/python_backend;
 - `python3` is this interpreter (tritonclient, pytest and torch come from the project's venv);
@@ -148,6 +149,9 @@ exec /usr/bin/git "$@"
 
 
 EXTRA_FLAGS = "--exit-on-error=false --strict-readiness=false"  # after the qa's own flags
+# subtests whose servers start with the qa's flags alone: lifecycle waits for a server whose model
+# fails to initialize to exit, as Triton's default --exit-on-error makes it
+TRITON_DEFAULTS = {"lifecycle"}
 QA_PORTS = (8000, 8001, 8002)  # the qa's clients and test.sh use these, fixed
 SUBTEST_TIMEOUT = 3600.0
 GPU_CASES = ("test_gpu_tensor_error", "test_dlpack_tensor_error")  # python_test's CUDA cases
@@ -189,14 +193,15 @@ class Outcome:
         return sum(1 for _, outcome in self.cases if outcome != "skipped")
 
 
-def _server_script(server: str, tcli_path: Path) -> str:
+def _server_script(server: str, tcli_path: Path, subtest: str) -> str:
+    flags = "" if subtest in TRITON_DEFAULTS else f" {EXTRA_FLAGS}"
     if server == "triton":
         target = REFERENCE / "bin" / "tritonserver"
-        return f'#!/bin/bash\nexec "{target}" "$@" {EXTRA_FLAGS}\n'
-    return f'#!/bin/bash\nexport PYTHONPATH="{tcli_path}"\nexec "{TCLI_LAUNCHER}" "$@" {EXTRA_FLAGS}\n'
+        return f'#!/bin/bash\nexec "{target}" "$@"{flags}\n'
+    return f'#!/bin/bash\nexport PYTHONPATH="{tcli_path}"\nexec "{TCLI_LAUNCHER}" "$@"{flags}\n'
 
 
-def _layout(scratch: Path, checkout: Path, server: str, tcli_path: Path) -> tuple[Path, Path]:
+def _layout(scratch: Path, checkout: Path, server: str, tcli_path: Path, subtest: str) -> tuple[Path, Path]:
     """The qa copied into `scratch`, the fake TRITON_DIR and the PATH shims; returns (qa, triton_dir)."""
     triton_dir = scratch / "triton"
     # under TRITON_DIR as in Triton's CI image (/opt/tritonserver/qa): init_args expects its
@@ -206,7 +211,7 @@ def _layout(scratch: Path, checkout: Path, server: str, tcli_path: Path) -> tupl
         shutil.copytree(checkout / "qa" / part, qa / part, symlinks=True)
     (triton_dir / "bin").mkdir(parents=True)
     launcher = triton_dir / "bin" / "tritonserver"
-    launcher.write_text(_server_script(server, tcli_path))
+    launcher.write_text(_server_script(server, tcli_path, subtest))
     launcher.chmod(0o755)
     (triton_dir / "backends").mkdir()
     if server == "triton":
@@ -281,7 +286,7 @@ def run_subtest(
     _wait_for_ports()
     scratch = Path(tempfile.mkdtemp(prefix=f"triton_qa_{subtest}_{server}_"))
     try:
-        qa, triton_dir = _layout(scratch, checkout, server, tcli_path)
+        qa, triton_dir = _layout(scratch, checkout, server, tcli_path, subtest)
         home = qa / "L0_backend_python"
         results = scratch / "results.jsonl"
         workdir = home / subtest
