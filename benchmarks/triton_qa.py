@@ -24,7 +24,8 @@ A case is a pytest test (every pytest run of the subtest, recorded by a small pl
 counts twice; one still waiting after $TRITON_QA_CASE_TIMEOUT seconds, 300 by default, fails: some
 qa clients wait on their stream without a timeout) or a shell check: each call of a
 `verify_*`/`check_*` function the subtest's test.sh defines (e.g. logging's `verify_log_counts 4 3`),
-failed when it prints "Test Failed".
+failed when it prints "Test Failed"; in examples, which runs client scripts, each example's run,
+failed when test.sh prints "Failed to verify" for it.
 
     python benchmarks/triton_qa.py --checkout /tmp/triton-2.51 --python-backend /tmp/pb-r24.10 \\
         --server tcli --server triton argument_validation logging
@@ -260,6 +261,20 @@ def _checks(trace: str, test_sh: str) -> list[tuple[str, str]]:
     return named
 
 
+def _example_runs(trace: str) -> list[tuple[str, str]]:
+    """The examples subtest's client runs in its xtrace: each `CLIENT_LOG=../examples_NAME...` starts
+    one (its client script, no pytest), failed when test.sh then echoes "Failed to ..." before the next."""
+    runs: list[list[str]] = []
+    for line in trace.splitlines():
+        if (
+            match := re.match(r"^\++main: CLIENT_LOG=\S*/(examples_\w+?)(?:_client)?\.log$", line)
+        ) is not None:
+            runs.append([match.group(1), "passed"])
+        elif runs and line.startswith(("+main: echo", "++main: echo")) and "Failed to" in line:
+            runs[-1][1] = "failed"
+    return [(name, outcome) for name, outcome in runs]
+
+
 def _python_test_script(test_sh: str) -> str:
     """test.sh's own python_test run: its header (variables, util.sh, common.sh), the models it
     copies, then run_server, pytest python_test.py and kill_server, as test.sh has them. Left out:
@@ -353,7 +368,9 @@ def run_subtest(
                 case = record["case"].split("::", 1)[-1]
                 label = f"{record['run']}:{case}" if record["run"] else case
                 outcome.cases.append((label, record["outcome"]))
-        outcome.cases += _checks(trace_path.read_text(errors="replace"), script_path.read_text())
+        trace_text = trace_path.read_text(errors="replace")
+        outcome.cases += _checks(trace_text, script_path.read_text())
+        outcome.cases += _example_runs(trace_text)
         return outcome
     finally:
         if keep is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.triton_qa import _python_test_script
+from benchmarks.triton_qa import _example_runs, _python_test_script
 
 # shaped as Triton's top-level test.sh: header, interpreter checks, models, one client run, more servers
 TEST_SH = """\
@@ -35,3 +35,22 @@ def test_python_test_runs_the_header_the_models_and_one_client_run() -> None:
     assert script[-1] == "kill_server"
     assert script.count("run_server") == 1  # not the non-graceful exit and later servers
     assert "kill -9 $SERVER_PID" not in script
+
+
+def test_each_example_run_is_a_case_failed_by_its_own_failure_message() -> None:
+    trace = "\n".join(
+        [
+            "++main: CLIENT_LOG=../examples_add_sub_client.log",
+            "++main: python3 examples/add_sub/client.py",
+            "++main: CLIENT_LOG=../examples_jax_client.log",
+            "++main: echo -e '\\n***\\n*** Failed to verify jax example. \\n***'",
+            "++main: echo -e '\\n***\\n*** Failed to verify jax example. \\n***'",
+            "++main: CLIENT_LOG=../examples_model_instance_kind.log",
+            "++main: grep PASS ../examples_model_instance_kind.log",
+        ]
+    )
+    assert _example_runs(trace) == [
+        ("examples_add_sub", "passed"),
+        ("examples_jax", "failed"),
+        ("examples_model_instance_kind", "passed"),
+    ]
