@@ -16,7 +16,7 @@ these adaptations are made around them:
   (not in lifecycle, which waits for a server whose model fails to exit, as by default);
 - `pip`/`pip3` on PATH do nothing (the qa swaps torch builds: never in the project's venv), and
   `git clone .../python_backend` copies a local checkout of triton-inference-server/python_backend;
-- `python3` is this interpreter (tritonclient, pytest and torch come from the project's venv);
+- `python3` and `pytest` are this interpreter's (pytest and torch come from the project's venv);
 - the qa's shared-memory leak probe is skipped, as the qa skips it on Jetson and Windows: it needs
   `triton_shm_monitor`, a module built with Triton's python backend, reading Triton's own regions.
 
@@ -228,6 +228,9 @@ def _layout(scratch: Path, checkout: Path, server: str, tcli_path: Path, subtest
     for name in ("python", "python3"):
         (shims / name).write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
         (shims / name).chmod(0o755)
+    # bls runs a bare `pytest`: this interpreter's, not whichever is first on PATH
+    (shims / "pytest").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pytest "$@"\n')
+    (shims / "pytest").chmod(0o755)
     (scratch / "plugin").mkdir()
     (scratch / "plugin" / "_triton_qa_record.py").write_text(_PLUGIN)
     return qa, triton_dir
