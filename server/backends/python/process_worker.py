@@ -26,6 +26,7 @@ import gc
 import itertools
 import logging
 import logging.handlers
+import multiprocessing
 import os
 import pickle
 import queue
@@ -85,6 +86,9 @@ def main(
     # server's (`tcli serve --model-repository=...`), which a model's `unittest.main("model",
     # exit=False)` parses and rejects ("unrecognized arguments"), ending the process with code 2
     sys.argv = [""]
+    # a model may start processes of its own (a multiprocessing.Pool), as in Triton's stub: the
+    # daemon flag the server starts us with (never waited for at its exit) forbids that here
+    multiprocessing.current_process().daemon = False
     _Worker(conn, answers, spec, ring_name, log_levels).run()
 
 
