@@ -3,16 +3,20 @@ triton-inference-server/server) against tcli's `tritonserver` or the real one, a
 that pass.
 
 Each subtest's test.sh runs as Triton's top-level test.sh runs it, `(cd SUBTEST && bash -ex test.sh)`,
-with the environment that script exports (TRITON_DIR, SERVER, BACKEND_DIR, MODELDIR, DATADIR, ...). The
-qa files are never edited: they are copied to a scratch folder and these adaptations are made around
-them:
+with the environment that script exports (TRITON_DIR, SERVER, BACKEND_DIR, MODELDIR, DATADIR, ...).
+`python_test` is the top-level test.sh's own client, python_test.py, run as test.sh runs it: its
+header, the models it copies, run_server, pytest, kill_server (less its Python-version checks and
+environment setup, and less its two CUDA cases: no GPU here). The qa files are never edited: they are
+copied to $TRITON_DIR/qa in a scratch folder (init_args expects them there, as in Triton's image) and
+these adaptations are made around them:
 - `$TRITON_DIR/bin/tritonserver` is a small script that starts the chosen server with the qa's flags
   and `--exit-on-error=false --strict-readiness=false`, so a model that cannot load here fails
   alone: the qa's GPU models, and on real Triton those importing torch (its python stub's
-  environment has none), where strict readiness kept the server from ever being ready for test.sh;
+  environment has none), where strict readiness kept the server from ever being ready for test.sh
+  (not in lifecycle, which waits for a server whose model fails to exit, as by default);
 - `pip`/`pip3` on PATH do nothing (the qa swaps torch builds: never in the project's venv), and
   `git clone .../python_backend` copies a local checkout of triton-inference-server/python_backend;
-- `python3` is this interpreter (tritonclient, pytest and torch come from the project's venv);
+- `python3` and `pytest` are this interpreter's (pytest and torch come from the project's venv);
 - the qa's shared-memory leak probe is skipped, as the qa skips it on Jetson and Windows: it needs
   `triton_shm_monitor`, a module built with Triton's python backend, reading Triton's own regions.
 
@@ -20,14 +24,23 @@ A case is a pytest test (every pytest run of the subtest, recorded by a small pl
 counts twice; one still waiting after $TRITON_QA_CASE_TIMEOUT seconds, 300 by default, fails: some
 qa clients wait on their stream without a timeout) or a shell check: each call of a
 `verify_*`/`check_*` function the subtest's test.sh defines (e.g. logging's `verify_log_counts 4 3`),
-failed when it prints "Test Failed".
+failed when it prints "Test Failed"; in examples, which runs client scripts, each example's run,
+failed when test.sh prints "Failed to verify" for it.
 
     python benchmarks/triton_qa.py --checkout /tmp/triton-2.51 --python-backend /tmp/pb-r24.10 \\
         --server tcli --server triton argument_validation logging
 
-The qa's servers listen on the fixed ports 8000-8002, so one subtest runs at a time. Checkouts:
+The qa's clients use the tritonclient of the qa's version (`--client-wheel`, by default the wheel
+next to the reference server): newer ones refuse what the qa sends. The qa's servers listen on the
+fixed ports 8000-8002, so one subtest runs at a time; `--isolate` runs the whole script in network and
+mount namespaces of its own, where no other server holds them and /dev/shm is 1 GiB, as in Triton's
+CI (test_growth_error relies on that). Checkouts:
 `git archive v2.51.0 qa/L0_backend_python qa/python_models qa/common` of the server repository and
-`git archive r24.10` of python_backend.
+`git archive r24.10` of python_backend. bls and ensemble copy models from the qa's DATADIR (its
+`--datadir`), which Triton's qa/common scripts make (torch and onnx are in the project's venv):
+
+    cd CHECKOUT/qa/common && python gen_qa_models.py --libtorch --onnx --models_dir DATA/qa_model_repository
+    python gen_qa_implicit_models.py --onnx --models_dir DATA/qa_sequence_implicit_model_repository
 """
 
 from __future__ import annotations
@@ -50,8 +63,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TCLI_LAUNCHER = Path(sys.executable).parent / "tritonserver"
 REFERENCE = Path(os.environ.get("TRITON_REFERENCE_DIR") or Path.home() / ".cache" / "triton-reference")
-# the subtests Triton's test.sh runs on Linux, less `env` (it downloads miniconda) and `restart`
+# the subtests Triton's test.sh runs on Linux, less `env` (it downloads miniconda) and `restart`;
+# python_test is test.sh's own client, run before them
+PYTHON_TEST = "python_test"
 SUBTESTS = [
+    PYTHON_TEST,
     "ensemble",
     "bls",
     "decoupled",
@@ -134,8 +150,12 @@ exec /usr/bin/git "$@"
 
 
 EXTRA_FLAGS = "--exit-on-error=false --strict-readiness=false"  # after the qa's own flags
+# subtests whose servers start with the qa's flags alone: lifecycle waits for a server whose model
+# fails to initialize to exit, as Triton's default --exit-on-error makes it
+TRITON_DEFAULTS = {"lifecycle"}
 QA_PORTS = (8000, 8001, 8002)  # the qa's clients and test.sh use these, fixed
 SUBTEST_TIMEOUT = 3600.0
+GPU_CASES = ("test_gpu_tensor_error", "test_dlpack_tensor_error")  # python_test's CUDA cases
 
 
 def _free(port: int) -> bool:
@@ -174,24 +194,32 @@ class Outcome:
         return sum(1 for _, outcome in self.cases if outcome != "skipped")
 
 
-def _server_script(server: str, tcli_path: Path) -> str:
+def _server_script(server: str, tcli_path: Path, subtest: str) -> str:
+    flags = "" if subtest in TRITON_DEFAULTS else f" {EXTRA_FLAGS}"
     if server == "triton":
         target = REFERENCE / "bin" / "tritonserver"
-        return f'#!/bin/bash\nexec "{target}" "$@" {EXTRA_FLAGS}\n'
-    return f'#!/bin/bash\nexport PYTHONPATH="{tcli_path}"\nexec "{TCLI_LAUNCHER}" "$@" {EXTRA_FLAGS}\n'
+        return f'#!/bin/bash\nexec "{target}" "$@"{flags}\n'
+    return f'#!/bin/bash\nexport PYTHONPATH="{tcli_path}"\nexec "{TCLI_LAUNCHER}" "$@"{flags}\n'
 
 
-def _layout(scratch: Path, checkout: Path, server: str, tcli_path: Path) -> tuple[Path, Path]:
+def _layout(scratch: Path, checkout: Path, server: str, tcli_path: Path, subtest: str) -> tuple[Path, Path]:
     """The qa copied into `scratch`, the fake TRITON_DIR and the PATH shims; returns (qa, triton_dir)."""
-    qa = scratch / "qa"
+    triton_dir = scratch / "triton"
+    # under TRITON_DIR as in Triton's CI image (/opt/tritonserver/qa): init_args expects its
+    # repository at $TRITON_DIR/qa/L0_backend_python/models
+    qa = triton_dir / "qa"
     for part in ("L0_backend_python", "python_models", "common"):
         shutil.copytree(checkout / "qa" / part, qa / part, symlinks=True)
-    triton_dir = scratch / "triton"
     (triton_dir / "bin").mkdir(parents=True)
     launcher = triton_dir / "bin" / "tritonserver"
-    launcher.write_text(_server_script(server, tcli_path))
+    launcher.write_text(_server_script(server, tcli_path, subtest))
     launcher.chmod(0o755)
-    (triton_dir / "backends" / "python").mkdir(parents=True)
+    (triton_dir / "backends").mkdir()
+    if server == "triton":
+        # test.sh's own header sets BACKEND_DIR=$TRITON_DIR/backends
+        (triton_dir / "backends" / "python").symlink_to(REFERENCE / "backends" / "python")
+    else:
+        (triton_dir / "backends" / "python").mkdir()
     shims = scratch / "shims"
     shims.mkdir()
     for name, text in (("pip", _PIP), ("pip3", _PIP), ("git", _GIT)):
@@ -200,6 +228,9 @@ def _layout(scratch: Path, checkout: Path, server: str, tcli_path: Path) -> tupl
     for name in ("python", "python3"):
         (shims / name).write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
         (shims / name).chmod(0o755)
+    # bls runs a bare `pytest`: this interpreter's, not whichever is first on PATH
+    (shims / "pytest").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pytest "$@"\n')
+    (shims / "pytest").chmod(0o755)
     (scratch / "plugin").mkdir()
     (scratch / "plugin" / "_triton_qa_record.py").write_text(_PLUGIN)
     return qa, triton_dir
@@ -233,19 +264,59 @@ def _checks(trace: str, test_sh: str) -> list[tuple[str, str]]:
     return named
 
 
+def _example_runs(trace: str) -> list[tuple[str, str]]:
+    """The examples subtest's client runs in its xtrace: each `CLIENT_LOG=../examples_NAME...` starts
+    one (its client script, no pytest), failed when test.sh then echoes "Failed to ..." before the next."""
+    runs: list[list[str]] = []
+    for line in trace.splitlines():
+        if (
+            match := re.match(r"^\++main: CLIENT_LOG=\S*/(examples_\w+?)(?:_client)?\.log$", line)
+        ) is not None:
+            runs.append([match.group(1), "passed"])
+        elif runs and line.startswith(("+main: echo", "++main: echo")) and "Failed to" in line:
+            runs[-1][1] = "failed"
+    return [(name, outcome) for name, outcome in runs]
+
+
+def _python_test_script(test_sh: str) -> str:
+    """test.sh's own python_test run: its header (variables, util.sh, common.sh), the models it
+    copies, then run_server, pytest python_test.py and kill_server, as test.sh has them. Left out:
+    its Python-version checks and setup_python_enviroment.sh (the interpreter is the project's
+    venv's), and what follows kill_server (shm page counts, non-graceful exit, more servers)."""
+    lines = test_sh.splitlines()
+    header_end = lines.index("rm -fr *.log ./models") + 1
+    models = lines.index("mkdir -p models/identity_fp32/1/")
+    client = next(i for i, line in enumerate(lines) if "$CLIENT_PY" in line and "pytest" in line)
+    end = lines.index("kill_server", client) + 1
+    return "\n".join(lines[:header_end] + lines[models:end]) + "\n"
+
+
 def run_subtest(
-    subtest: str, server: str, checkout: Path, python_backend: Path, tcli_path: Path, keep: Path | None
+    subtest: str,
+    server: str,
+    checkout: Path,
+    python_backend: Path,
+    tcli_path: Path,
+    keep: Path | None,
+    client_dir: Path | None = None,
+    datadir: Path | None = None,
 ) -> Outcome:
     _wait_for_ports()
     scratch = Path(tempfile.mkdtemp(prefix=f"triton_qa_{subtest}_{server}_"))
     try:
-        qa, triton_dir = _layout(scratch, checkout, server, tcli_path)
+        qa, triton_dir = _layout(scratch, checkout, server, tcli_path, subtest)
         home = qa / "L0_backend_python"
         results = scratch / "results.jsonl"
+        workdir = home / subtest
+        script_path = workdir / "test.sh"
+        if subtest == PYTHON_TEST:
+            workdir = home
+            script_path = home / "triton_qa_python_test.sh"
+            script_path.write_text(_python_test_script((home / "test.sh").read_text()))
         env = dict(os.environ)
         env.update(
             PATH=f"{scratch / 'shims'}:{env.get('PATH', '')}",
-            PYTHONPATH=str(scratch / "plugin"),
+            PYTHONPATH=os.pathsep.join(str(path) for path in (scratch / "plugin", client_dir) if path),
             PYTEST_PLUGINS="_triton_qa_record",
             TRITON_QA_RESULTS=str(results),
             TRITON_QA_COMMON=str(qa / "common"),
@@ -253,7 +324,7 @@ def run_subtest(
             NVIDIA_TRITON_SERVER_VERSION="24.10",
             REPO_VERSION="24.10",
             PYTHON_BACKEND_REPO_TAG="r24.10",
-            DATADIR=str(scratch / "data"),
+            DATADIR=str(datadir or scratch / "data"),
             TRITON_DIR=str(triton_dir),
             SERVER=str(triton_dir / "bin" / "tritonserver"),
             BACKEND_DIR=str(REFERENCE / "backends" if server == "triton" else triton_dir / "backends"),
@@ -263,15 +334,20 @@ def run_subtest(
             CUDA_VISIBLE_DEVICES="0",
             PYTHON_ENV_VERSION="11",
         )
+        if subtest == PYTHON_TEST:
+            # no GPU here: its two CUDA cases are left out, as test.sh leaves them out on Jetson
+            env["PYTEST_ADDOPTS"] = " ".join(
+                f"--deselect={PYTHON_TEST}.py::PythonTest::{case}" for case in GPU_CASES
+            )
         env.pop("VIRTUAL_ENV", None)
         # as Triton's test.sh: `(cd SUBTEST && bash -ex test.sh)`, with a PS4 naming the function
-        script = "PS4='+${FUNCNAME[0]:-main}: '; set -ex; source ./test.sh"
+        script = f"PS4='+${{FUNCNAME[0]:-main}}: '; set -ex; source ./{script_path.name}"
         trace_path = scratch / "trace.log"
         with trace_path.open("w") as trace:
             # a session of its own: whatever test.sh leaves running (a server) ends with it
             proc = subprocess.Popen(
                 ["bash", "-c", script],
-                cwd=home / subtest,
+                cwd=workdir,
                 env=env,
                 stdout=trace,
                 stderr=subprocess.STDOUT,
@@ -287,7 +363,7 @@ def run_subtest(
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         outcome = Outcome(subtest, server, exit_code=exit_code)
-        logs = (path.read_text(errors="replace") for path in (home / subtest).rglob("*.log"))
+        logs = (path.read_text(errors="replace") for path in workdir.rglob("*.log"))
         outcome.port_clash = any("already in use" in text for text in logs)
         if results.exists():
             for line in results.read_text().splitlines():
@@ -295,9 +371,9 @@ def run_subtest(
                 case = record["case"].split("::", 1)[-1]
                 label = f"{record['run']}:{case}" if record["run"] else case
                 outcome.cases.append((label, record["outcome"]))
-        outcome.cases += _checks(
-            trace_path.read_text(errors="replace"), (home / subtest / "test.sh").read_text()
-        )
+        trace_text = trace_path.read_text(errors="replace")
+        outcome.cases += _checks(trace_text, script_path.read_text())
+        outcome.cases += _example_runs(trace_text)
         return outcome
     finally:
         if keep is not None:
@@ -305,6 +381,71 @@ def run_subtest(
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(scratch, target, symlinks=True, ignore=shutil.ignore_patterns("python_backend"))
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _reexec_isolated() -> None:
+    """This script again, in network and mount namespaces of its own (needs root): the loopback up,
+    no other server on 8000-8002, and a /dev/shm of 1 GiB as in Triton's CI (growth_error counts on
+    it; shm page counts see only the qa's regions)."""
+    argv = [arg for arg in sys.argv[1:] if arg != "--isolate"]
+    command = (
+        'ip link set lo up && mount -t tmpfs -o size=1g tmpfs /dev/shm && TRITON_QA_ISOLATED=1 exec "$0" "$@"'
+    )
+    unshare = ["unshare", "--net", "--mount", "--propagation", "private"]
+    os.execvp(
+        "unshare", [*unshare, "sh", "-c", command, sys.executable, str(Path(__file__).resolve()), *argv]
+    )
+
+
+def _install_client(wheel: Path, target: Path) -> None:
+    """The qa's own tritonclient (its version's wheel) into `target`, ahead of the venv's on the
+    clients' PYTHONPATH: newer clients refuse what the qa sends (BF16 from np.float32)."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+    )
+
+
+def _run_all(
+    args: argparse.Namespace, servers: list[str], client_dir: Path | None
+) -> list[tuple[str, dict[str, Outcome]]]:
+    """Each subtest on each server in turn, printing each outcome as it comes."""
+    table: list[tuple[str, dict[str, Outcome]]] = []
+    for subtest in args.subtests or SUBTESTS:
+        row: dict[str, Outcome] = {}
+        for server in servers:
+            outcome = run_subtest(
+                subtest,
+                server,
+                args.checkout.resolve(),
+                args.python_backend.resolve(),
+                args.tcli_path,
+                args.keep,
+                client_dir,
+                args.datadir.resolve() if args.datadir else None,
+            )
+            row[server] = outcome
+            clash = " PORT CLASH: a qa port was taken by another server; rerun" if outcome.port_clash else ""
+            print(
+                f"{subtest} [{server}]: {outcome.passed}/{outcome.total} (test.sh exit {outcome.exit_code}){clash}",
+                flush=True,
+            )
+            for case, result in outcome.cases:
+                if args.verbose or result == "failed":
+                    print(f"    {result:7} {case}", flush=True)
+        table.append((subtest, row))
+    return table
 
 
 def main() -> None:
@@ -318,30 +459,31 @@ def main() -> None:
     parser.add_argument("--tcli-path", type=Path, default=ROOT, help="PYTHONPATH of tcli's server")
     parser.add_argument("--keep", type=Path, help="copy each run's scratch folder (logs) here")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every case")
+    parser.add_argument("--datadir", type=Path, help="the qa's DATADIR (qa_model_repository, ...): see above")
+    parser.add_argument(
+        "--isolate",
+        action="store_true",
+        help="run in network and mount namespaces of its own (root): free ports, a 1 GiB /dev/shm",
+    )
+    parser.add_argument(
+        "--client-wheel",
+        type=Path,
+        default=next(iter(sorted((REFERENCE / "wheels").glob("tritonclient-*.whl"))), None),
+        help="the tritonclient wheel the qa's clients use (default: the reference's; else the venv's)",
+    )
     args = parser.parse_args()
+    if args.isolate and os.environ.get("TRITON_QA_ISOLATED") != "1":
+        _reexec_isolated()
+    client_dir = None
+    if args.client_wheel is not None:
+        client_dir = Path(tempfile.mkdtemp(prefix="triton_qa_client_"))
+        _install_client(args.client_wheel, client_dir)
     servers = args.server or ["tcli"]
-    table: list[tuple[str, dict[str, Outcome]]] = []
-    for subtest in args.subtests or SUBTESTS:
-        row: dict[str, Outcome] = {}
-        for server in servers:
-            outcome = run_subtest(
-                subtest,
-                server,
-                args.checkout.resolve(),
-                args.python_backend.resolve(),
-                args.tcli_path,
-                args.keep,
-            )
-            row[server] = outcome
-            clash = " PORT CLASH: a qa port was taken by another server; rerun" if outcome.port_clash else ""
-            print(
-                f"{subtest} [{server}]: {outcome.passed}/{outcome.total} (test.sh exit {outcome.exit_code}){clash}",
-                flush=True,
-            )
-            for case, result in outcome.cases:
-                if args.verbose or result == "failed":
-                    print(f"    {result:7} {case}", flush=True)
-        table.append((subtest, row))
+    try:
+        table = _run_all(args, servers, client_dir)
+    finally:
+        if client_dir is not None:
+            shutil.rmtree(client_dir, ignore_errors=True)
     print()
     print("| subtest | " + " | ".join(servers) + " |")
     print("|---|" + "---|" * len(servers))

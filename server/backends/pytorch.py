@@ -2,14 +2,14 @@
 
 Only TorchScript archives are loaded (torch.jit.load), never pickles, so a model file cannot run
 arbitrary code when loaded. Inputs bind to forward() by argument name, or by Triton's `<name>__<index>`
-convention; outputs bind by `<name>__<index>` or by the order of config outputs. `tcli repo validate`
+convention, or else by the order of config inputs; outputs bind by `<name>__<index>` or by the order of
+config outputs. `tcli repo validate`
 checks a config's inputs against forward() (`check_model_file`).
 """
 
 from __future__ import annotations
 
 import functools
-import re
 import traceback
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -27,35 +27,46 @@ if TYPE_CHECKING:
 
     from server.backends.base import FileFindings
 
-_INDEXED = re.compile(r"^.+__(\d+)$")
+
+def _named_index(name: str) -> int | None:
+    """The index of a `<name>__<index>` tensor name, read as Triton's pytorch backend reads it: all
+    after the first "__" must be digits."""
+    _, delimiter, index = name.partition("__")
+    return int(index) if delimiter and index.isascii() and index.isdigit() else None
+
+
+def _named_indices(names: list[str]) -> dict[int, str] | None:
+    """{index: name} when every name follows `<name>__<index>`, else None."""
+    indexed = {}
+    for name in names:
+        index = _named_index(name)
+        if index is None:
+            return None
+        indexed[index] = name
+    return indexed
 
 
 def input_order(config_inputs: list[str], forward_arguments: list[str]) -> list[str]:
-    """Config input names in the order forward() takes them."""
-    if set(config_inputs) == set(forward_arguments):
-        return list(forward_arguments)
-    indexed = {}
-    for name in config_inputs:
-        match = _INDEXED.match(name)
-        if match is None:
-            raise TritonError(
-                ErrorCode.INVALID_ARG,
-                f"input '{name}' matches neither a forward() argument ({', '.join(forward_arguments)}) nor "
-                "the naming convention <name>__<index>",
-            )
-        indexed[int(match.group(1))] = name
+    """Config input names in the order forward() takes them, by the rules of Triton's pytorch backend:
+    all named after forward()'s arguments, else all `<name>__<index>`, else the config's own order
+    (its "strict config ordering")."""
+    if all(name in forward_arguments for name in config_inputs):
+        return sorted(config_inputs, key=forward_arguments.index)
+    indexed = _named_indices(config_inputs)
+    if indexed is None:
+        return list(config_inputs)
     if sorted(indexed) != list(range(len(config_inputs))):
         raise TritonError(ErrorCode.INVALID_ARG, "input indices <name>__<index> must run 0..N-1 without gaps")
     return [indexed[i] for i in range(len(config_inputs))]
 
 
 def output_positions(config_outputs: list[str]) -> dict[str, int]:
-    """Position of each config output in what forward() returns."""
-    positions = {}
-    for order, name in enumerate(config_outputs):
-        match = _INDEXED.match(name)
-        positions[name] = int(match.group(1)) if match else order
-    return positions
+    """Position of each config output in what forward() returns: by `<name>__<index>` when every
+    output is so named, else by the config's order, as Triton's pytorch backend."""
+    indexed = _named_indices(config_outputs)
+    if indexed is None:
+        return {name: order for order, name in enumerate(config_outputs)}
+    return {name: index for index, name in indexed.items()}
 
 
 @functools.cache
@@ -169,11 +180,12 @@ def check_model_file(config: ModelConfig, model_file: Path, found: FileFindings)
             ("input",),
         )
         return
-    for index, tensor in enumerate(config.input):
-        if tensor.name not in arguments and not tensor.name.endswith(f"__{index}"):
-            found.error(
-                f"input '{tensor.name}' of model '{config.name}' matches neither a forward() argument "
-                f"({', '.join(arguments)}) nor the naming convention <name>__{index}",
-                f"rename it to INPUT__{index} or to {arguments[index]}",
-                ("input", f'"{tensor.name}"'),
-            )
+    names = [tensor.name for tensor in config.input]
+    if not all(name in arguments for name in names) and _named_indices(names) is None:
+        # Triton loads it and feeds the inputs in config order: worth a word, not a refusal
+        found.warning(
+            f"inputs of model '{config.name}' match neither forward()'s arguments ({', '.join(arguments)}) "
+            "nor the naming convention <name>__<index>: forward() takes them in the configuration's order",
+            "name them INPUT__0, INPUT__1, ... or after the forward() arguments",
+            ("input",),
+        )

@@ -161,6 +161,29 @@ def test_torchscript_input_count_must_match_forward(tmp_path: Path) -> None:
     assert errors(tmp_path, "ts") == []
 
 
+def test_torchscript_inputs_named_after_no_convention_are_a_warning(tmp_path: Path) -> None:
+    # Triton's pytorch backend loads such a model, binding the inputs in config order
+    folder = add_model(
+        tmp_path,
+        "ts",
+        TORCH_CONFIG.replace(
+            'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]',
+            'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]',
+        ),
+    )
+    (folder / "1").mkdir()
+    torch.jit.save(torch.jit.script(_AddSub()), str(folder / "1" / "model.pt"))
+    report = validate_repositories([tmp_path])
+    (found,) = [m for m in report.models if m.name == "ts"]
+    assert [(p.severity, p.message) for p in found.problems] == [
+        (
+            "warning",
+            "inputs of model 'ts' match neither forward()'s arguments (a, b) nor the naming convention "
+            "<name>__<index>: forward() takes them in the configuration's order",
+        )
+    ]
+
+
 def test_pickled_state_dict_is_not_a_torchscript_model(tmp_path: Path) -> None:
     folder = add_model(tmp_path, "ts", TORCH_CONFIG)
     (folder / "1").mkdir()

@@ -30,6 +30,7 @@ import gc
 import itertools
 import logging
 import logging.handlers
+import multiprocessing
 import os
 import pickle
 import queue
@@ -89,6 +90,12 @@ def main(
     # server's (`tcli serve --model-repository=...`), which a model's `unittest.main("model",
     # exit=False)` parses and rejects ("unrecognized arguments"), ending the process with code 2
     sys.argv = [""]
+    # a model may start processes of its own (a multiprocessing.Pool), as in Triton's stub: the
+    # daemon flag the server starts us with (never waited for at its exit) forbids that here, and
+    # they start as the stub's do, forked from this process (with the model's module), not from
+    # the zygote, whose start method the process inherited
+    multiprocessing.current_process().daemon = False
+    multiprocessing.set_start_method("fork", force=True)
     _Worker(conn, answers, spec, ring_name, log_levels).run()
 
 

@@ -1,0 +1,56 @@
+"""benchmarks/triton_qa.py's python_test: the part of L0_backend_python/test.sh it runs."""
+
+from __future__ import annotations
+
+from benchmarks.triton_qa import _example_runs, _python_test_script
+
+# shaped as Triton's top-level test.sh: header, interpreter checks, models, one client run, more servers
+TEST_SH = """\
+SERVER_ARGS="--model-repository=${MODELDIR}/models"
+CLIENT_PY=./python_test.py
+source ../common/util.sh
+rm -fr *.log ./models
+python3 --version | grep "3.10" > /dev/null
+(bash -ex setup_python_enviroment.sh)
+mkdir -p models/identity_fp32/1/
+cp ../python_models/identity_fp32/model.py ./models/identity_fp32/1/model.py
+run_server
+python3 -m pytest --junitxml=L0_backend_python.report.xml $CLIENT_PY >> $CLIENT_LOG 2>&1
+set -e
+
+kill_server
+
+run_server
+kill -9 $SERVER_PID
+kill_server
+"""
+
+
+def test_python_test_runs_the_header_the_models_and_one_client_run() -> None:
+    script = _python_test_script(TEST_SH).splitlines()
+
+    assert script[:4] == TEST_SH.splitlines()[:4]  # header up to `rm -fr *.log ./models`
+    assert not any("setup_python_enviroment" in line or "--version" in line for line in script)
+    assert script[4] == "mkdir -p models/identity_fp32/1/"
+    assert script[-1] == "kill_server"
+    assert script.count("run_server") == 1  # not the non-graceful exit and later servers
+    assert "kill -9 $SERVER_PID" not in script
+
+
+def test_each_example_run_is_a_case_failed_by_its_own_failure_message() -> None:
+    trace = "\n".join(
+        [
+            "++main: CLIENT_LOG=../examples_add_sub_client.log",
+            "++main: python3 examples/add_sub/client.py",
+            "++main: CLIENT_LOG=../examples_jax_client.log",
+            "++main: echo -e '\\n***\\n*** Failed to verify jax example. \\n***'",
+            "++main: echo -e '\\n***\\n*** Failed to verify jax example. \\n***'",
+            "++main: CLIENT_LOG=../examples_model_instance_kind.log",
+            "++main: grep PASS ../examples_model_instance_kind.log",
+        ]
+    )
+    assert _example_runs(trace) == [
+        ("examples_add_sub", "passed"),
+        ("examples_jax", "failed"),
+        ("examples_model_instance_kind", "passed"),
+    ]
