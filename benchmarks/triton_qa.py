@@ -153,6 +153,7 @@ EXTRA_FLAGS = "--exit-on-error=false --strict-readiness=false"  # after the qa's
 # subtests whose servers start with the qa's flags alone: lifecycle waits for a server whose model
 # fails to initialize to exit, as Triton's default --exit-on-error makes it
 TRITON_DEFAULTS = {"lifecycle"}
+TRITON_251_INPUT_LIMIT = 2**40  # tritonserver 2.51 has no --http-max-input-size: no limit
 QA_PORTS = (8000, 8001, 8002)  # the qa's clients and test.sh use these, fixed
 SUBTEST_TIMEOUT = 3600.0
 GPU_CASES = ("test_gpu_tensor_error", "test_dlpack_tensor_error")  # python_test's CUDA cases
@@ -199,7 +200,10 @@ def _server_script(server: str, tcli_path: Path, subtest: str) -> str:
     if server == "triton":
         target = REFERENCE / "bin" / "tritonserver"
         return f'#!/bin/bash\nexec "{target}" "$@"{flags}\n'
-    return f'#!/bin/bash\nexport PYTHONPATH="{tcli_path}"\nexec "{TCLI_LAUNCHER}" "$@"{flags}\n'
+    # tcli takes current Triton's 64 MiB request limit; 2.51, whose qa this is, had none (its
+    # growth_error and bls_memory send 1 GiB and 512 MiB to see the shared memory refuse them)
+    unlimited = f" --http-max-input-size={TRITON_251_INPUT_LIMIT}"
+    return f'#!/bin/bash\nexport PYTHONPATH="{tcli_path}"\nexec "{TCLI_LAUNCHER}" "$@"{flags}{unlimited}\n'
 
 
 def _layout(scratch: Path, checkout: Path, server: str, tcli_path: Path, subtest: str) -> tuple[Path, Path]:
