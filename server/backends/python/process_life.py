@@ -32,7 +32,7 @@ import time
 import types
 import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from server.backends.python import shm
 from server.protocol.errors import ErrorCode, TritonError
@@ -169,27 +169,25 @@ def end_all() -> None:
 
 
 def _stop_helpers() -> None:
-    """Stop the zygote now (it would end when its "alive" pipe closes, as this process exits), found
-    among this process's children by its command line: CPython has no public way to stop it. The
-    resource tracker is left to end by itself, which it does as soon as every holder of its pipe (this
-    process, the zygote, the instances) has gone; stopping it here would only have the next
-    unregister() start a new one. On a thread with a bound, as a child may be slow to go."""
-    import psutil
+    """Stop the zygote (it ends when its "alive" pipe closes) and then the resource tracker (it ends
+    once every holder of its pipe has: this process, the zygote and the instance processes). Both
+    would end by themselves when this process exits, a moment after it; stopped here they are gone
+    before it. CPython has no public way to stop either: their private parts are used, each under
+    `suppress`, so that a Python that renames them only loses the early stop. On a thread with a
+    bound: a tracker pipe also held by another child of the program (in-process use) would keep its
+    stop waiting."""
+    from multiprocessing import forkserver, resource_tracker
 
     def stop() -> None:
-        try:
-            children = psutil.Process().children()
-        except psutil.Error:
-            return
-        zygotes = []
-        for child in children:
-            with contextlib.suppress(psutil.Error):
-                if "multiprocessing.forkserver" in " ".join(child.cmdline()):
-                    zygotes.append(child)
-        for zygote in zygotes:  # killed: it has nothing to finish (its own exit took 0.5 s)
-            with contextlib.suppress(psutil.Error):
-                zygote.kill()
-        psutil.wait_procs(zygotes, timeout=_JOIN_SECONDS)
+        with contextlib.suppress(Exception):
+            zygote: Any = forkserver._forkserver
+            pid = zygote._forkserver_pid  # killed: it has nothing to finish (its exit took 0.5 s)
+            if pid is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            zygote._stop()  # CPython's own way to stop it (its tests'): reaps it, removes its socket
+        with contextlib.suppress(Exception):
+            resource_tracker._resource_tracker._stop()  # type: ignore[attr-defined]
 
     stopper = threading.Thread(target=stop, name="tcli-end-helpers", daemon=True)
     stopper.start()
