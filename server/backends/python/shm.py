@@ -24,6 +24,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from multiprocessing import shared_memory
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -138,6 +139,15 @@ def unlink_all() -> None:
             segment = shared_memory.SharedMemory(name=name)
             segment.unlink()  # also tells the resource tracker, which then has nothing to warn about
             segment.close()
+    # and any other segment named as this process names its own (one made while a signal handler ran
+    # on the very thread that was making it, say): the name says whose it is
+    shm_folder = Path("/dev/shm")
+    if shm_folder.is_dir():
+        for path in shm_folder.glob(f"{segment_prefix()}*"):
+            with contextlib.suppress(OSError):  # as above: the resource tracker is told too
+                segment = shared_memory.SharedMemory(name=path.name)
+                segment.unlink()
+                segment.close()
 
 
 def _buf(segment: shared_memory.SharedMemory) -> memoryview:
