@@ -242,6 +242,11 @@ def build_repository(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for name in ("repeat_int32", "add_sub"):
         shutil.copytree(ROOT / "model_repository" / name, root / name)
+    # a copy only the statistics test uses: no other test's late request lands in its counts
+    counted = root / "repeat_counted"
+    shutil.copytree(ROOT / "model_repository" / "repeat_int32", counted)
+    config = counted / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "repeat_int32"', 'name: "repeat_counted"'))
     for name, (config, model) in TEST_MODELS.items():
         (root / name / "1").mkdir(parents=True)
         (root / name / "config.pbtxt").write_text(config)
@@ -595,15 +600,15 @@ def test_statistics_count_requests_when_execute_returns(client: grpcclient.Infer
     error responses too (the model answered)."""
 
     def counts() -> tuple[int, int, int]:
-        stats = client.get_inference_statistics("repeat_int32").model_stats[0]
+        stats = client.get_inference_statistics("repeat_counted").model_stats[0]
         return stats.inference_count, stats.execution_count, stats.inference_stats.success.count
 
     before = counts()
     stream = Stream(client)
     try:
-        stream.send("repeat_int32", repeat_inputs([]), "s0", enable_empty_final_response=True)
-        stream.send("repeat_int32", repeat_inputs([1, 2]), "s2", enable_empty_final_response=True)
-        stream.send("repeat_int32", repeat_inputs([1, 2], [0]), "bad", enable_empty_final_response=True)
+        stream.send("repeat_counted", repeat_inputs([]), "s0", enable_empty_final_response=True)
+        stream.send("repeat_counted", repeat_inputs([1, 2]), "s2", enable_empty_final_response=True)
+        stream.send("repeat_counted", repeat_inputs([1, 2], [0]), "bad", enable_empty_final_response=True)
         stream.take(5)
     finally:
         stream.close()
