@@ -465,10 +465,12 @@ class _Process:
     def close(self) -> None:
         self._process.join(5)
         self.ring.close()
-        with self._close_lock:
+        with self._close_lock:  # once: a descriptor closed twice may be someone else's the second time
+            if self._closed:
+                return
             self._closed = True
             self._conn.close()
-        self._answers.close()
+            self._answers.close()
 
     def _watch_exit(self) -> None:
         """Once the process has exited, its stream ends after what it wrote, even when a process it

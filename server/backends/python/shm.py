@@ -113,12 +113,15 @@ def _drop(segment: shared_memory.SharedMemory | None, unlink: bool) -> None:
     if a view still pins the mapping."""
     if segment is None:
         return
-    if unlink:
-        with _created_lock:
+    # one close at a time: a signal's unlink_all() and a load giving up may drop the same segment at
+    # once, and SharedMemory.close() run twice together closes its descriptor number twice, the
+    # second time someone else's by then (gRPC's epoll descriptor once: the server aborted)
+    with _created_lock:
+        if unlink:
             _created.discard(segment.name)
-        with contextlib.suppress(FileNotFoundError):  # already gone
-            segment.unlink()
-    segment.close()
+            with contextlib.suppress(FileNotFoundError):  # already gone
+                segment.unlink()
+        segment.close()
 
 
 def unlink_all() -> None:
