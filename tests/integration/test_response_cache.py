@@ -27,26 +27,11 @@ from server.app import Server, ServerSettings
 from server.scheduling.response_cache import ENTRY_OVERHEAD, TENSOR_OVERHEAD
 from tests.reference import reference_dir
 
-# counts its executions; COUNT is the count when this request ran (the same on a hit)
-COUNTER_MODEL = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.count = 0
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            self.count += 1
-            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            count = np.full((x.shape[0], 1), self.count, dtype=np.int64)
-            outputs = [pb_utils.Tensor("OUTPUT0", x * 2), pb_utils.Tensor("COUNT", count)]
-            responses.append(pb_utils.InferenceResponse(outputs))
-        return responses
-"""
+# the README's example model, as shipped: it counts its executions; COUNT is the count when the
+# request ran (the same on a hit)
+COUNTER_MODEL = (
+    Path(__file__).resolve().parents[2] / "examples" / "cache_repository" / "counter" / "1" / "model.py"
+).read_text()
 COUNTER_CONFIG = """
 backend: "python"
 max_batch_size: 8
