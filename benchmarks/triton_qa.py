@@ -1,6 +1,6 @@
-"""Run subtests of Triton's own python-backend qa (qa/L0_backend_python in a checkout of
-triton-inference-server/server) against tcli's `tritonserver` or the real one, and count the cases
-that pass.
+"""Run Triton's own qa against tcli's `tritonserver` or the real one, and count the cases that pass:
+the subtests of its python-backend qa (qa/L0_backend_python in a checkout of
+triton-inference-server/server), and whole suites named as their folders (L0_lifecycle, ...).
 
 Each subtest's test.sh runs as Triton's top-level test.sh runs it, `(cd SUBTEST && bash -ex test.sh)`,
 with the environment that script exports (TRITON_DIR, SERVER, BACKEND_DIR, MODELDIR, DATADIR, ...).
@@ -19,6 +19,17 @@ these adaptations are made around them:
 - `python3` and `pytest` are this interpreter's (pytest and torch come from the project's venv);
 - the qa's shared-memory leak probe is skipped, as the qa skips it on Jetson and Windows: it needs
   `triton_shm_monitor`, a module built with Triton's python backend, reading Triton's own regions.
+
+A whole suite (`L0_lifecycle`, `L0_parameters`, ...) runs as Triton's CI runs it,
+`(cd qa/L0_x && bash -ex test.sh)`, with no flag added: its scripts name
+/opt/tritonserver/bin/tritonserver and /data/inferenceserver/24.10 outright, so suites need
+`--isolate`, where the scratch TRITON_DIR and `--datadir` are mounted at those paths. Their clients
+are mostly unittest scripts (`python lifecycle_test.py LifeCycleTest.test_x`); each unittest case
+counts too (a sitecustomize on the clients' path records it, and ends a case still running after the
+same time limit). ADAPT names what is changed around a suite, on both servers alike, where a case
+needs what neither server has here; for all suites, Triton's C++ `identity` backend is a python-based
+backend of the same name in $TRITON_DIR/backends (input i returned as output i, after the config's
+`execute_delay_ms`).
 
 A case is a pytest test (every pytest run of the subtest, recorded by a small plugin; a test run twice
 counts twice; one still waiting after $TRITON_QA_CASE_TIMEOUT seconds, 300 by default, fails: some
@@ -57,6 +68,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,6 +147,67 @@ def pytest_sessionfinish(session):
                                 "outcome": outcome or "failed"}) + "\\n")
 """
 
+# the same for unittest cases run outside pytest (`python X_test.py Case.test_y`): a case's outcome is
+# appended as it is known; a case that fails after passing (a subtest) counts as failed
+_SITECUSTOMIZE = """
+import json, os, signal, sys, unittest
+
+_results = os.environ.get("TRITON_QA_RESULTS")
+
+
+def _record(test, outcome):
+    if not _results or "pytest" in sys.modules:  # pytest's runs are the plugin's to record
+        return
+    case = test.id() if hasattr(test, "id") else str(test)
+    with open(_results, "a") as f:
+        f.write(json.dumps({"run": os.path.basename(sys.argv[0]), "pid": os.getpid(),
+                            "case": case, "outcome": outcome}) + "\\n")
+
+
+_Result = unittest.result.TestResult
+for _name, _outcome in (("addSuccess", "passed"), ("addFailure", "failed"), ("addError", "failed"),
+                        ("addSkip", "skipped"), ("addUnexpectedSuccess", "failed"),
+                        ("addExpectedFailure", "passed")):
+    def _wrap(original, outcome):
+        def hook(self, test, *args):
+            _record(test, outcome)
+            return original(self, test, *args)
+        return hook
+    setattr(_Result, _name, _wrap(getattr(_Result, _name), _outcome))
+
+_add_subtest = _Result.addSubTest
+
+
+def _subtest(self, test, subtest, err):
+    if err is not None:
+        _record(test, "failed")
+    return _add_subtest(self, test, subtest, err)
+
+
+_Result.addSubTest = _subtest
+_run = unittest.TestCase.run
+
+
+def _timed_run(self, result=None):
+    if "pytest" in sys.modules:
+        return _run(self, result)
+    limit = int(os.environ.get("TRITON_QA_CASE_TIMEOUT", "300"))
+
+    def expire(signum, frame):
+        raise TimeoutError(f"triton_qa: no answer within {limit} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(limit)
+    try:
+        return _run(self, result)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+unittest.TestCase.run = _timed_run
+"""
+
 _PIP = """#!/bin/sh
 echo "triton_qa: skipped: pip $*" >&2
 """
@@ -156,6 +229,56 @@ TRITON_DEFAULTS = {"lifecycle"}
 TRITON_251_INPUT_LIMIT = 2**40  # tritonserver 2.51 has no --http-max-input-size: no limit
 QA_PORTS = (8000, 8001, 8002)  # the qa's clients and test.sh use these, fixed
 SUBTEST_TIMEOUT = 3600.0
+SUITE_TIMEOUT = 3 * 3600.0
+INSTALL_DIR = Path("/opt/tritonserver")  # where the suites' scripts look for the server
+QA_DATADIR = Path("/data/inferenceserver/24.10")  # ... and for the generated models
+
+
+def is_suite(name: str) -> bool:
+    """A whole qa suite (its folder's name), not a subtest of L0_backend_python."""
+    return name.startswith("L0_")
+
+
+# Triton's C++ `identity` backend (many suites' dummy model), as a python-based backend both servers
+# load from $BACKEND_DIR/identity/model.py: input i is output i, in config order, after the
+# config's `execute_delay_ms`; a request cancelled before then is answered CANCELLED
+_IDENTITY_BACKEND = """
+import json, time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.inputs = [i["name"] for i in config.get("input", [])]
+        self.outputs = [o["name"] for o in config.get("output", [])]
+        delay = config.get("parameters", {}).get("execute_delay_ms", {}).get("string_value", "0")
+        self.delay = int(delay) / 1000.0
+
+    def execute(self, requests):
+        if self.delay:
+            deadline = time.monotonic() + self.delay
+            while time.monotonic() < deadline and not all(r.is_cancelled() for r in requests):
+                time.sleep(0.01)
+        responses = []
+        for request in requests:
+            if request.is_cancelled():
+                responses.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("request cancelled", pb_utils.TritonError.CANCELLED)))
+                continue
+            tensors = []
+            for name_in, name_out in zip(self.inputs, self.outputs):
+                tensor = pb_utils.get_input_tensor_by_name(request, name_in)
+                if tensor is not None:
+                    tensors.append(pb_utils.Tensor(name_out, tensor.as_numpy()))
+            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+        return responses
+"""
+
+# what is changed around a suite on both servers alike, where a case needs what neither server has
+# here (a C++ backend, a GPU): suite -> function(qa folder, server); none yet
+ADAPT: dict[str, Callable[[Path, str], None]] = {}
 GPU_CASES = ("test_gpu_tensor_error", "test_dlpack_tensor_error")  # python_test's CUDA cases
 
 
@@ -196,10 +319,13 @@ class Outcome:
 
 
 def _server_script(server: str, tcli_path: Path, subtest: str) -> str:
-    flags = "" if subtest in TRITON_DEFAULTS else f" {EXTRA_FLAGS}"
+    flags = "" if subtest in TRITON_DEFAULTS or is_suite(subtest) else f" {EXTRA_FLAGS}"
     if server == "triton":
         target = REFERENCE / "bin" / "tritonserver"
-        return f'#!/bin/bash\nexec "{target}" "$@"{flags}\n'
+        # a suite's backends (the python-based identity) are in its TRITON_DIR, as in Triton's image;
+        # the qa's own --backend-directory, later, still wins
+        backends = f" --backend-directory={INSTALL_DIR / 'backends'}" if is_suite(subtest) else ""
+        return f'#!/bin/bash\nexec "{target}"{backends} "$@"{flags}\n'
     # tcli takes current Triton's 64 MiB request limit; 2.51, whose qa this is, had none (its
     # growth_error and bls_memory send 1 GiB and 512 MiB to see the shared memory refuse them)
     unlimited = f" --http-max-input-size={TRITON_251_INPUT_LIMIT}"
@@ -212,7 +338,9 @@ def _layout(scratch: Path, checkout: Path, server: str, tcli_path: Path, subtest
     # under TRITON_DIR as in Triton's CI image (/opt/tritonserver/qa): init_args expects its
     # repository at $TRITON_DIR/qa/L0_backend_python/models
     qa = triton_dir / "qa"
-    for part in ("L0_backend_python", "python_models", "common"):
+    # a suite may reach into any other folder of the qa (../L0_x, ../python_models): all of it
+    parts = [path.name for path in (checkout / "qa").iterdir() if path.is_dir()] if is_suite(subtest) else []
+    for part in parts or ("L0_backend_python", "python_models", "common"):
         shutil.copytree(checkout / "qa" / part, qa / part, symlinks=True)
     (triton_dir / "bin").mkdir(parents=True)
     launcher = triton_dir / "bin" / "tritonserver"
@@ -237,7 +365,24 @@ def _layout(scratch: Path, checkout: Path, server: str, tcli_path: Path, subtest
     (shims / "pytest").chmod(0o755)
     (scratch / "plugin").mkdir()
     (scratch / "plugin" / "_triton_qa_record.py").write_text(_PLUGIN)
+    (scratch / "plugin" / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    if is_suite(subtest):
+        (triton_dir / "backends" / "identity").mkdir()
+        (triton_dir / "backends" / "identity" / "model.py").write_text(_IDENTITY_BACKEND)
+    if subtest in ADAPT:
+        ADAPT[subtest](qa / subtest, server)
     return qa, triton_dir
+
+
+@contextlib.contextmanager
+def _mounted(source: Path, target: Path):
+    """`source` seen at `target` for the run (a bind mount in this private mount namespace)."""
+    target.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "--bind", str(source), str(target)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(target)], check=False)
 
 
 def _checks(trace: str, test_sh: str) -> list[tuple[str, str]]:
@@ -311,7 +456,7 @@ def run_subtest(
         qa, triton_dir = _layout(scratch, checkout, server, tcli_path, subtest)
         home = qa / "L0_backend_python"
         results = scratch / "results.jsonl"
-        workdir = home / subtest
+        workdir = qa / subtest if is_suite(subtest) else home / subtest
         script_path = workdir / "test.sh"
         if subtest == PYTHON_TEST:
             workdir = home
@@ -347,7 +492,13 @@ def run_subtest(
         # as Triton's test.sh: `(cd SUBTEST && bash -ex test.sh)`, with a PS4 naming the function
         script = f"PS4='+${{FUNCNAME[0]:-main}}: '; set -ex; source ./{script_path.name}"
         trace_path = scratch / "trace.log"
-        with trace_path.open("w") as trace:
+        with contextlib.ExitStack() as mounts, trace_path.open("w") as trace:
+            if is_suite(subtest):
+                if os.environ.get("TRITON_QA_ISOLATED") != "1":
+                    raise SystemExit(f"triton_qa: {subtest} names /opt/tritonserver: run it with --isolate")
+                mounts.enter_context(_mounted(triton_dir, INSTALL_DIR))
+                if datadir is not None:
+                    mounts.enter_context(_mounted(datadir, QA_DATADIR))
             # a session of its own: whatever test.sh leaves running (a server) ends with it
             proc = subprocess.Popen(
                 ["bash", "-c", script],
@@ -359,7 +510,7 @@ def run_subtest(
                 start_new_session=True,
             )
             try:
-                exit_code = proc.wait(timeout=SUBTEST_TIMEOUT)
+                exit_code = proc.wait(timeout=SUITE_TIMEOUT if is_suite(subtest) else SUBTEST_TIMEOUT)
             except subprocess.TimeoutExpired:
                 exit_code = -int(signal.SIGKILL)
             finally:
@@ -370,11 +521,7 @@ def run_subtest(
         logs = (path.read_text(errors="replace") for path in workdir.rglob("*.log"))
         outcome.port_clash = any("already in use" in text for text in logs)
         if results.exists():
-            for line in results.read_text().splitlines():
-                record = json.loads(line)
-                case = record["case"].split("::", 1)[-1]
-                label = f"{record['run']}:{case}" if record["run"] else case
-                outcome.cases.append((label, record["outcome"]))
+            outcome.cases += _recorded(results.read_text())
         trace_text = trace_path.read_text(errors="replace")
         outcome.cases += _checks(trace_text, script_path.read_text())
         outcome.cases += _example_runs(trace_text)
@@ -385,6 +532,28 @@ def run_subtest(
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(scratch, target, symlinks=True, ignore=shutil.ignore_patterns("python_backend"))
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _recorded(text: str) -> list[tuple[str, str]]:
+    """The cases the pytest plugin and the unittest hook recorded, in order; a case recorded more
+    than once in one run (a unittest subtest failing, then its test) fails if any record failed;
+    the n-th process running the same unittest script is run "#n"."""
+    cases: dict[str, str] = {}
+    processes: dict[str, list[int]] = {}  # a script run again (test.sh's loops) counts again
+    for line in text.splitlines():
+        record = json.loads(line)
+        case = record["case"].split("::", 1)[-1]
+        run = record["run"]
+        if "pid" in record:
+            seen = processes.setdefault(run, [])
+            if record["pid"] not in seen:
+                seen.append(record["pid"])
+            if (index := seen.index(record["pid"])) > 0:
+                run = f"{run}#{index + 1}"
+        label = f"{run}:{case}" if run else case
+        if cases.get(label) != "failed":
+            cases[label] = record["outcome"]
+    return list(cases.items())
 
 
 def _reexec_isolated() -> None:
