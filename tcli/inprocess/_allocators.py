@@ -63,6 +63,8 @@ class OutputPlacement:
             except TritonError as error:
                 raise InvalidArgumentError(f"Memory type {self.asked} not supported: {error}") from None
         allocator = self.allocator or default_memory_allocators.get(memory_type)
+        if allocator is None and memory_type == MemoryType.CPU_PINNED:  # host memory all the same
+            allocator = default_memory_allocators.get(MemoryType.CPU)
         if allocator is None:
             asked = memory_type if self.asked is None else self.asked
             raise InvalidArgumentError(

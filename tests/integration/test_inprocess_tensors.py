@@ -81,8 +81,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tritonserver.Se
 INPUTS = {"INPUT0": np.arange(4, dtype=np.float32), "INPUT1": np.ones(4, np.float32)}
 
 
-def test_outputs_own_their_memory(server: tritonserver.Server) -> None:
-    (response,) = server.model("add_sub").infer(inputs=INPUTS, output_memory_type="cpu")
+@pytest.mark.parametrize("memory_type", ["cpu", "cpu_pinned"])  # pinned memory is host memory too
+def test_outputs_own_their_memory(server: tritonserver.Server, memory_type: str) -> None:
+    (response,) = server.model("add_sub").infer(inputs=INPUTS, output_memory_type=memory_type)
     output = response.outputs["OUTPUT0"]
     assert isinstance(output.memory_buffer, tritonserver.MemoryBuffer)
     assert np.from_dlpack(output).tolist() == [1, 2, 3, 4]
