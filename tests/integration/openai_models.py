@@ -5,7 +5,7 @@ test's repository:
   `return_num_input_tokens`, `return_num_output_tokens`, `return_logprobs`; it generates max_tokens
   words, the first ones saying what arrived (`temperature=0.3`, `top_p=...`, `seed=...`,
   `stops=1`), then `w4 w5 ...`; streamed one word per response, or whole. A prompt holding
-  "FAIL" fails at once, "LATE_FAIL" after two words; "SLOW" waits on each word until cancelled.
+  "FAIL" fails at once, "LATE_FAIL" after two words; "SLOW" sends one word, then waits until cancelled.
 - `text_echo`: an identity-like model (not decoupled, batching) answering its `text_input` as
   `text_output`: chat answers show the prompt the chat template made. Its config names its
   tokenizer folder (parameter `tokenizer`).
@@ -82,7 +82,7 @@ class TritonPythonModel:
         words = (words + ["w%d" % i for i in range(4, size)])[:size]
         prompt_tokens = len(prompt.split())
 
-        def response(text, produced, index):
+        def response(text, produced, index, tokens):
             outputs = [pb_utils.Tensor("text_output", np.array([text.encode()], dtype=object))]
             if counts:
                 outputs.append(pb_utils.Tensor("num_input_tokens", np.array([prompt_tokens], dtype=np.int32)))
@@ -90,24 +90,24 @@ class TritonPythonModel:
             if logprobs:
                 entries = [{str(index + k): {"logprob": -0.5, "rank": 1, "decoded_token": w + " "},
                             "99": {"logprob": -2.0, "rank": 2, "decoded_token": "other"}}
-                           for k, w in enumerate(text.split())]
+                           for k, w in enumerate(tokens)]
                 outputs.append(pb_utils.Tensor("logprobs", np.array([json.dumps(entries).encode()], dtype=object)))
             return pb_utils.InferenceResponse(outputs)
 
         if not stream:
             text = (prompt if echo else "") + "".join(w + " " for w in words)
-            sender.send(response(text, len(words), 0), flags=FINAL)
+            sender.send(response(text, len(words), 0, words), flags=FINAL)
             return
         for index, word in enumerate(words):
             if "LATE_FAIL" in prompt and index == 2:
                 sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("mock_llm failed mid-stream")), flags=FINAL)
                 return
-            while "SLOW" in prompt and not sender.is_cancelled():
+            while "SLOW" in prompt and index > 0 and not sender.is_cancelled():
                 time.sleep(0.01)
             if sender.is_cancelled():
                 sender.send(flags=FINAL)
                 return
-            sender.send(response(word + " ", 1, index))
+            sender.send(response(word + " ", 1, index, [word]))
         sender.send(flags=FINAL)
 """
 
