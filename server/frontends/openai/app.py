@@ -14,6 +14,7 @@ Routes are a `RouteTable` as the HTTP front end's are, each with its restricted 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -31,13 +32,12 @@ from server.frontends.http.asgi_io import (
     Scope,
     Send,
     lifespan,
-    read_body,
     respond,
 )
 from server.frontends.http.routes import Route, RouteTable
 from server.frontends.openai import params, responses
 from server.frontends.openai.chat_template import CONFIG_PARAMETER, Templates, tokenizer_folder
-from server.frontends.openai.errors import OpenAIError, from_triton, invalid, unknown_model
+from server.frontends.openai.errors import OpenAIError, from_triton, invalid, too_large, unknown_model
 from server.frontends.openai.generation import Choice, Piece, Usage, pieces
 from server.frontends.openai.restricted import OpenAIRestrictions, Refused
 from server.frontends.openai.sse import serve_events
@@ -67,6 +67,7 @@ class OpenAIFrontend:
         max_input_size: int = 64 * 2**20,
         restricted: Restrictions | None = None,
         metrics: Callable[[], bytes] | None = None,
+        explicit: bool = False,
     ) -> None:
         self.service = service
         self.tokenizer = tokenizer
@@ -75,6 +76,8 @@ class OpenAIFrontend:
         self.max_input_size = max_input_size
         self._restrictions = OpenAIRestrictions(restricted or {})
         self.metrics = metrics
+        self.explicit = explicit  # --model-control-mode=explicit: /v1/models/{model}/load and unload
+        self._managing = asyncio.Lock()  # one load or unload at a time, each seeing the last one's end
         self._created: dict[str, int] = {}  # when a model was first listed: OpenAI's `created`
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -99,6 +102,9 @@ class OpenAIFrontend:
             raise OpenAIError(404, f"Not Found: {scope['method']} {scope['path']}", None, "not_found")
         route, parameters = found
         self._restrictions.check(scope["headers"], route.group)
+        declared = _content_length(scope["headers"])
+        if declared > self.max_input_size:  # refused from the head, before the body is read
+            raise too_large(declared, self.max_input_size)
         method: str = scope["method"]
         if method not in route.methods:
             raise OpenAIError(
@@ -129,18 +135,31 @@ class OpenAIFrontend:
     async def _manage_model(
         self, scope: Scope, receive: Receive, send: Send, method: str, model: str, action: str
     ) -> None:
-        try:
-            if action == "load":
-                await self.service.load(model, None, {})
-            else:
-                await self.service.unload(model)
-        except TritonError as error:
-            raise from_triton(error, model, f"Failed to {action} model '{model}': ") from None
-        names = self._model_names()
-        created = self._created.get(model, int(time.time()))
-        if action == "unload" and model not in names:
-            self._created.pop(model, None)
-        await _json(send, responses.model_object(model, created))
+        """Triton's front end's model management (--model-control-mode=explicit): load answers the
+        model object, unload {"status": "success", "model": ...}; a model already loaded (load) or not
+        loaded (unload) is refused, as there."""
+        if not self.explicit:
+            raise OpenAIError(400, "Model load/unload requires --model-control-mode=explicit")
+        if not model.strip() or model in (".", "..") or "/" in model or "\\" in model:
+            raise invalid("model", f"Invalid model name: '{model}': a model is a folder of the repository")
+        async with self._managing:
+            loaded = model in self._model_names()
+            if action == "load" and loaded:
+                raise OpenAIError(400, f"Model '{model}' is already loaded", "model", "model_already_loaded")
+            if action == "unload" and not loaded:
+                raise OpenAIError(400, f"Unknown model: {model}", "model", "model_not_found")
+            try:
+                if action == "load":
+                    await self.service.load(model, None, {})
+                else:
+                    await self.service.unload(model)
+            except TritonError as error:
+                raise from_triton(error, model, f"Failed to {action} model '{model}': ") from None
+            if action == "unload":
+                self._created.pop(model, None)
+                return await _json(send, {"status": "success", "model": model})
+            self._model_names()
+        await _json(send, responses.model_object(model, self._created.get(model, int(time.time()))))
 
     def _admit(self, name: str) -> tuple[ModelInputs, Admission]:
         admission = self.service.admission(name)
@@ -361,11 +380,20 @@ class OpenAIFrontend:
         )
 
     async def _document(self, receive: Receive) -> dict[str, Any]:
-        try:
-            body = await read_body(receive, self.max_input_size, True)
-        except TritonError as error:
-            raise OpenAIError(413, error.message, None, "request_too_large") from None
-        return params.read_body(body)
+        """The request body as a JSON object, read within --http-max-input-size."""
+        pieces: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                raise Disconnected
+            piece = message.get("body", b"")
+            size += len(piece)
+            if size > self.max_input_size:
+                raise too_large(size, self.max_input_size)
+            pieces.append(piece)
+            if not message.get("more_body", False):
+                return params.read_body(b"".join(pieces))
 
 
 class _Run:
@@ -395,6 +423,13 @@ class _Run:
 
 def _closing(stream: AsyncGenerator[Any, None]) -> contextlib.aclosing[AsyncGenerator[Any, None]]:
     return contextlib.aclosing(stream)
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int:
+    for key, value in headers:
+        if key == b"content-length":
+            return int(value) if value.isdigit() else -1
+    return -1
 
 
 async def _json(send: Send, document: Any) -> None:
