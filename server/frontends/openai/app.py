@@ -138,6 +138,7 @@ class OpenAIFrontend:
         """Triton's front end's model management (--model-control-mode=explicit): load answers the
         model object, unload {"status": "success", "model": ...}; a model already loaded (load) or not
         loaded (unload) is refused, as there."""
+        await self._body(receive)  # none is needed; one over the size limit is still refused
         if not self.explicit:
             raise OpenAIError(400, "Model load/unload requires --model-control-mode=explicit")
         if not model.strip() or model in (".", "..") or "/" in model or "\\" in model:
@@ -380,7 +381,11 @@ class OpenAIFrontend:
         )
 
     async def _document(self, receive: Receive) -> dict[str, Any]:
-        """The request body as a JSON object, read within --http-max-input-size."""
+        """The request body as a JSON object."""
+        return params.read_body(await self._body(receive))
+
+    async def _body(self, receive: Receive) -> bytes:
+        """The request body, read within --http-max-input-size."""
         pieces: list[bytes] = []
         size = 0
         while True:
@@ -393,7 +398,7 @@ class OpenAIFrontend:
                 raise too_large(size, self.max_input_size)
             pieces.append(piece)
             if not message.get("more_body", False):
-                return params.read_body(b"".join(pieces))
+                return b"".join(pieces)
 
 
 class _Run:
