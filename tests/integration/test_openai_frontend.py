@@ -304,3 +304,17 @@ def test_kserve_front_ends_serve_beside_it(served: ServeProcess) -> None:
 def test_unknown_path_is_an_openai_error(served: ServeProcess) -> None:
     response = httpx.get(_url(served, "/v1/nothing"), timeout=DEADLINE)
     assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+
+
+def test_a_model_outside_the_conventions_is_400_naming_it(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError, match="no 'text_output' output") as raised:
+        client.chat.completions.create(model="embedder", messages=[{"role": "user", "content": "x"}])
+    assert isinstance(raised.value.body, dict) and raised.value.body["param"] == "model"
+    with pytest.raises(openai.BadRequestError, match="'mock_llm' is not an embedding model"):
+        client.embeddings.create(model="mock_llm", input="x")
+
+
+def test_a_body_that_is_not_a_json_object_is_400(served: ServeProcess) -> None:
+    for body in (b"nope", b"[1]"):
+        response = httpx.post(_url(served, "/v1/completions"), content=body, timeout=DEADLINE)
+        assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"

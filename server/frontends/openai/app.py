@@ -169,7 +169,8 @@ class OpenAIFrontend:
                 raise unknown_model(name)
             raise from_triton(admission.error, name)
         batching, inputs = self.service.input_schema(admission)
-        return ModelInputs(name, batching, inputs), admission
+        outputs = frozenset(tensor.name for tensor in admission.config.output)
+        return ModelInputs(name, batching, inputs, outputs), admission
 
     # completions -----------------------------------------------------------------------------------
     async def _completions(self, scope: Scope, receive: Receive, send: Send, method: str) -> None:
