@@ -46,6 +46,7 @@ from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.restricted import Restrictions
 
 if TYPE_CHECKING:
+    from server.protocol.types import InferenceRequest
     from server.service import Admission, InferenceService
 
 log = logging.getLogger("tcli.server.openai")
@@ -352,21 +353,27 @@ class OpenAIFrontend:
             )
         model, admission = self._admit(name)
         base = uuid.uuid4().hex[:16]
-        data, tokens = [], 0
-        for index, text in enumerate(items):
-            request = embedding_request(model, text, dimensions, f"{base}-{index}")
-            vector, counted = None, None
+        requests = [embedding_request(model, text, dimensions, f"{base}-{i}") for i, text in enumerate(items)]
+
+        async def embed(request: InferenceRequest) -> tuple[list[float], int | None]:
             answers = self.service.infer_stream(request, admission)
             async with _closing(answers) as stream:
                 async for item in stream:
                     if item.error is not None:
                         raise from_triton(item.error)
-                    if item.response is not None and vector is None:
-                        vector, counted = embedding(name, item.response)
-            if vector is None:
-                raise OpenAIError(500, f"model '{name}' answered no response")
-            data.append(responses.embedding_item(index, vector, encoding))
-            tokens += counted or 0
+                    if item.response is not None:
+                        return embedding(name, item.response)  # closing the stream ends the request
+            raise OpenAIError(500, f"model '{name}' answered no response")
+
+        # side by side: a batching model merges them
+        tasks = [asyncio.ensure_future(embed(request)) for request in requests]
+        try:
+            found = await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+        data = [responses.embedding_item(i, vector, encoding) for i, (vector, _) in enumerate(found)]
+        tokens = sum(counted or 0 for _, counted in found)
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         await _json(send, {"object": "list", "data": data, "model": name, "usage": usage})
 
