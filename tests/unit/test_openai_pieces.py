@@ -93,5 +93,7 @@ def test_chat_templates_render_as_transformers_does(tmp_path: Path) -> None:
 
 
 def test_a_tokenizer_that_is_no_folder_says_so(tmp_path: Path) -> None:
-    with pytest.raises(OpenAIError, match="names 'meta-llama/Llama-3.1-8B-Instruct', which is not a folder"):
+    with pytest.raises(
+        OpenAIError, match=r"names 'meta-llama/Llama-3\.1-8B-Instruct', which is not a folder"
+    ):
         Templates().for_model("m", Path("meta-llama/Llama-3.1-8B-Instruct"))
