@@ -142,6 +142,27 @@ def test_chat_uses_the_models_own_chat_template(client: openai.OpenAI) -> None:
     message = chat.choices[0].message
     assert message.role == "assistant"
     assert message.content == "<s>[system] Be brief.\n[user] Hi!\n[assistant]"
+    # text_echo reports no token counts: its tokenizer.json counts them (its text is its prompt)
+    words = [
+        "<",
+        "s",
+        ">[",
+        "system",
+        "]",
+        "Be",
+        "brief",
+        ".",
+        "[",
+        "user",
+        "]",
+        "Hi",
+        "!",
+        "[",
+        "assistant",
+        "]",
+    ]
+    assert chat.usage is not None
+    assert (chat.usage.prompt_tokens, chat.usage.completion_tokens) == (len(words), len(words))
     # mock_llm names none: the server's --openai-tokenizer folder's template
     chat = client.chat.completions.create(
         model="mock_llm", messages=[{"role": "user", "content": "x"}], max_completion_tokens=2, max_tokens=9

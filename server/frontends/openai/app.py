@@ -41,6 +41,7 @@ from server.frontends.openai.errors import OpenAIError, from_triton, invalid, to
 from server.frontends.openai.generation import Choice, Piece, Usage, pieces
 from server.frontends.openai.restricted import OpenAIRestrictions, Refused
 from server.frontends.openai.sse import serve_events
+from server.frontends.openai.token_count import TokenCounters
 from server.frontends.openai.translate import ModelInputs, embedding, embedding_request, generation_request
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.restricted import Restrictions
@@ -73,6 +74,7 @@ class OpenAIFrontend:
         self.service = service
         self.tokenizer = tokenizer
         self.templates = Templates(chat_template)
+        self.counters = TokenCounters()
         self.default_max_tokens = default_max_tokens
         self.max_input_size = max_input_size
         self._restrictions = OpenAIRestrictions(restricted or {})
@@ -183,7 +185,7 @@ class OpenAIFrontend:
         model.require_text()
         self._check_logprobs(model, sampling)
         echo = sampling.echo and not model.echoes()  # the model cannot echo: the front end does
-        run = self._run(model, admission, prompts, sampling)
+        run = self._run(model, admission, prompts, sampling, self._tokenizer_folder(admission))
         request_id, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
 
         def choice(
@@ -237,14 +239,7 @@ class OpenAIFrontend:
         model, admission = self._admit(name)
         model.require_text()
         self._check_logprobs(model, sampling)
-        config = admission.config
-        parameter = (
-            config.parameters[CONFIG_PARAMETER].string_value if CONFIG_PARAMETER in config.parameters else ""
-        )
-        folder_of_model = admission.model.path if admission.model is not None else None
-        folder = tokenizer_folder(
-            parameter, Path(folder_of_model) if folder_of_model else None, self.tokenizer
-        )
+        folder = self._tokenizer_folder(admission)
         template = self.templates.for_model(name, folder)
         try:
             prompt = template.render(messages)
@@ -253,7 +248,7 @@ class OpenAIFrontend:
                 "messages", f"model '{name}': its chat template refused the messages: {exc}"
             ) from None
         sampling.echo = False
-        run = self._run(model, admission, [prompt], sampling)
+        run = self._run(model, admission, [prompt], sampling, folder)
         request_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         top = sampling.logprobs or 0
 
@@ -310,8 +305,22 @@ class OpenAIFrontend:
                 "'sampling_parameters' input)",
             )
 
+    def _tokenizer_folder(self, admission: Admission) -> Path | None:
+        """The model's tokenizer folder: its config's parameter, --openai-tokenizer, or its own."""
+        config = admission.config
+        parameter = (
+            config.parameters[CONFIG_PARAMETER].string_value if CONFIG_PARAMETER in config.parameters else ""
+        )
+        folder = admission.model.path if admission.model is not None else None
+        return tokenizer_folder(parameter, Path(folder) if folder else None, self.tokenizer)
+
     def _run(
-        self, model: ModelInputs, admission: Admission, prompts: list[str], sampling: params.Sampling
+        self,
+        model: ModelInputs,
+        admission: Admission,
+        prompts: list[str],
+        sampling: params.Sampling,
+        tokenizer: Path | None,
     ) -> _Run:
         if sampling.max_tokens is None:
             sampling.max_tokens = self.default_max_tokens
@@ -323,7 +332,7 @@ class OpenAIFrontend:
                 seed = None if sampling.seed is None else sampling.seed + j  # n choices: n different seeds
                 request = generation_request(model, prompt, sampling, f"{base}-{index}", seed)
                 choices.append(Choice(index, p, request))
-        usage = Usage()
+        usage = Usage(counter=self.counters.for_folder(tokenizer), prompts=list(prompts))
         stream = pieces(self.service, admission, choices, sampling.stop, sampling.max_tokens, usage)
         return _Run(stream, usage)
 
