@@ -163,7 +163,7 @@ def test_checkpoint_keeps_what_was_measured_and_refuses_another_analysis(tmp_pat
 
 
 def test_a_sweep_is_flat_after_two_levels_that_do_not_rise() -> None:
-    from tcli.analyze.measure import _flat
+    from tcli.analyze.sweep import flat as _flat
 
     def levels(*throughputs: float) -> list[Level]:
         return [Level(2**k, value, 1.0, 1.0) for k, value in enumerate(throughputs)]
@@ -218,3 +218,77 @@ def test_time_left_is_the_average_config_times_those_left() -> None:
     assert time_left({"measured": 2, "spent": 60.0, "started": None}, 8, 2) == "0:03:00"
     # from the checkpoint: completed configs count as done, the average stays the measured ones'
     assert time_left({"measured": 1, "spent": 45.0, "started": None}, 4, 3) == "0:00:45"
+
+
+class SimulatedLoad:
+    """A profiler stand-in for sweep.py: a config that serves `rate` infer/s per request in flight up
+    to `cap`, its p99 the time a request waits in line (Little's law) plus 20%; `stall` levels
+    measure a stalled window once (p99 x 4)."""
+
+    def __init__(self, rate: float, cap: float, stall: tuple[int, ...] = ()) -> None:
+        self.rate, self.cap, self.stall = rate, cap, set(stall)
+        self.measured: list[int] = []
+
+    def measure(self, concurrency: int):  # type: ignore[no-untyped-def]
+        from types import SimpleNamespace
+
+        self.measured.append(concurrency)
+        throughput = min(self.rate * concurrency, self.cap)
+        p99_ms = 1.2 * 1000 * concurrency / throughput
+        if concurrency in self.stall:
+            self.stall.discard(concurrency)
+            p99_ms *= 4
+        return SimpleNamespace(
+            interrupted=False,
+            stable=True,
+            client=SimpleNamespace(infer_per_sec=throughput),
+            latency=SimpleNamespace(percentiles_ns={50: int(p99_ms * 5e5), 99: int(p99_ms * 1e6)}),
+        )
+
+
+LEVELS = [1, 2, 4, 8, 16, 32, 64]
+
+
+def test_a_sweep_without_a_lead_climbs_from_one_to_the_budget() -> None:
+    from tcli.analyze.sweep import Sweep
+
+    load = SimulatedLoad(rate=300, cap=2000)  # p99 over 20 ms from concurrency 64 (38 ms)
+    levels = Sweep(load, Constraints(latency_budget_ms=20), stop_when_flat=False).run(LEVELS)  # type: ignore[arg-type]
+    assert load.measured == [1, 2, 4, 8, 16, 32, 64, 64]  # the level over the budget measured twice
+    assert [level.concurrency for level in levels] == LEVELS
+    assert levels[-2].p99_ms <= 20 < levels[-1].p99_ms
+
+
+def test_a_sweep_with_a_lead_starts_at_the_leads_concurrency() -> None:
+    from tcli.analyze.sweep import Lead, Sweep
+
+    load = SimulatedLoad(rate=300, cap=2000)
+    lead = Lead(concurrency=16, throughput=1500.0)
+    levels = Sweep(load, Constraints(latency_budget_ms=20), False, lead).run(LEVELS)  # type: ignore[arg-type]
+    # nothing below the lead's load (it serves less); the level over the budget could beat the lead
+    # (2000/s), so it is measured once more before the sweep ends there
+    assert load.measured == [16, 32, 64, 64]
+    assert [level.concurrency for level in levels] == [16, 32, 64]
+
+
+def test_a_sweep_over_the_budget_at_the_leads_load_steps_down_to_it() -> None:
+    from tcli.analyze.sweep import Lead, Sweep
+
+    load = SimulatedLoad(rate=300, cap=400)  # saturated from concurrency 2: p99 3 ms per request in flight
+    lead = Lead(concurrency=64, throughput=4000.0)
+    levels = Sweep(load, Constraints(latency_budget_ms=20), False, lead).run(LEVELS)  # type: ignore[arg-type]
+    # 64 in flight: p99 192 ms; Little's law puts the budget near 6 in flight: 4 is the next level
+    # measured, within the budget; 400/s cannot tie 4000/s, so no level is measured twice
+    assert load.measured == [64, 4]
+    assert [level.concurrency for level in levels] == [4, 64]
+    assert levels[0].p99_ms <= 20 < levels[1].p99_ms
+
+
+def test_a_stalled_window_does_not_end_a_sweep_that_could_win() -> None:
+    from tcli.analyze.sweep import Lead, Sweep
+
+    load = SimulatedLoad(rate=200, cap=8000, stall=(32,))
+    lead = Lead(concurrency=16, throughput=3000.0)
+    levels = Sweep(load, Constraints(latency_budget_ms=20), False, lead).run(LEVELS)  # type: ignore[arg-type]
+    assert load.measured[:3] == [16, 32, 32]  # measured again: the second is within the budget
+    assert max(lv.concurrency for lv in levels if lv.p99_ms <= 20) >= 32
