@@ -50,7 +50,7 @@ class InputOptions:
 class MeasureOptions:
     measurement_ms: int = 200
     stability: float = 0.10
-    max_trials: int = 6
+    max_trials: int = 4  # a level not stable in 4 windows of a busy machine seldom is in 6
     max_concurrency: int = 64
     min_requests: int = 50  # a window holds at least this many requests at the first level
 

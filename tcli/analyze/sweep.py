@@ -8,11 +8,14 @@ far and the concurrency it peaked at) it starts at that concurrency: the levels 
 and under a throughput objective they cannot be a config's best point, so measuring them is the time
 most of a sweep used to take. From there it climbs as above; when the lead's level is already over the
 budget it steps down instead, to the level Little's law puts within it (p99 grows with the load
-once the config is saturated), until one meets the budget.
+once the config is saturated), until one meets the budget: such a config serves less than the lead.
 
 A level over the budget is measured once more before it ends a sweep (a busy machine's stall in one
-short window is that window's p99), unless what it served is too far below the lead for the config
-to win or tie even within the budget: then the second measurement could not change the choice.
+short window is that window's p99, and lowers its throughput too), unless a second measurement
+could not change the choice: its p50 is over the budget as well (a stall delays the requests in
+flight during it, a tail, not the median), or the config could not win or tie with the lead even
+within the budget (by Little's law a level serves at most its concurrency's share more than a
+lower level of the same config: latency does not fall as the load rises).
 """
 
 from __future__ import annotations
@@ -138,17 +141,33 @@ class Sweep:
         self.retries = RETRIES_PER_SWEEP
         self.levels: list[Level] = []
 
-    def _could_win(self, level: Level) -> bool:
-        """Whether a level, were it within the budget, would beat or tie the lead."""
+    def _could_win(self, concurrency: int) -> bool:
+        """Whether a level could beat or tie the lead, were it within the budget: at most the
+        throughput of a lower level scaled by the concurrencies' ratio (Little's law)."""
         if self.lead is None:
             return True
-        return level.throughput >= self.lead.throughput * (1 - self.constraints.tolerance)
+        bounds = [
+            level.throughput * concurrency / level.concurrency
+            for level in self.levels
+            if 0 < level.concurrency < concurrency
+        ]
+        return min(bounds, default=math.inf) >= self.lead.throughput * (1 - self.constraints.tolerance)
+
+    def _worth_again(self, level: Level) -> bool:
+        """Whether a level over the budget may be a stall's, and a second measurement could matter."""
+        budget = self.constraints.latency_budget_ms
+        return (
+            self.retries > 0
+            and level.throughput > 0
+            and (budget is None or level.p50_ms <= budget)
+            and self._could_win(level.concurrency)
+        )
 
     def _measure(self, concurrency: int) -> tuple[Level, bool]:
         """One level, measured again when over the budget and it matters; and whether it is over."""
         level = measure_level(self.profiler, concurrency)
         over = over_budget(level, self.constraints)
-        if over and self.retries > 0 and level.throughput > 0 and self._could_win(level):
+        if over and self._worth_again(level):
             # a stall of a busy machine in one window is the p99 of a short level, and would end the
             # config's sweep for good
             self.retries -= 1
@@ -166,6 +185,8 @@ class Sweep:
                 lower = step_down(concurrencies, level, self.constraints)
                 if lower is None:
                     break
+                # no second measurements here: a config over the budget at the lead's load serves
+                # less than the lead below it, and a stall only lowers its figure further
                 level = measure_level(self.profiler, concurrencies[lower])
                 over = over_budget(level, self.constraints)
                 self.levels.append(level)

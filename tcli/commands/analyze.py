@@ -186,7 +186,7 @@ def analyze(
             "--stability-percentage", "-s", help="Stable when the last 3 windows agree within this %."
         ),
     ] = 10.0,
-    max_trials: Annotated[int, typer.Option("--max-trials", "-r", help="Windows per level at most.")] = 6,
+    max_trials: Annotated[int, typer.Option("--max-trials", "-r", help="Windows per level at most.")] = 4,
     shape: Shape = None,
     input_data: InputData = "random",
     string_length: StringLength = 128,

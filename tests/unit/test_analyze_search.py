@@ -277,8 +277,8 @@ def test_a_sweep_over_the_budget_at_the_leads_load_steps_down_to_it() -> None:
     load = SimulatedLoad(rate=300, cap=400)  # saturated from concurrency 2: p99 3 ms per request in flight
     lead = Lead(concurrency=64, throughput=4000.0)
     levels = Sweep(load, Constraints(latency_budget_ms=20), False, lead).run(LEVELS)  # type: ignore[arg-type]
-    # 64 in flight: p99 192 ms; Little's law puts the budget near 6 in flight: 4 is the next level
-    # measured, within the budget; 400/s cannot tie 4000/s, so no level is measured twice
+    # 64 in flight: p99 192 ms, and p50 96 ms: no stall's, so not measured again; Little's law puts
+    # the budget near 6 in flight: 4 is the next level measured, within the budget
     assert load.measured == [64, 4]
     assert [level.concurrency for level in levels] == [4, 64]
     assert levels[0].p99_ms <= 20 < levels[1].p99_ms
@@ -292,3 +292,14 @@ def test_a_stalled_window_does_not_end_a_sweep_that_could_win() -> None:
     levels = Sweep(load, Constraints(latency_budget_ms=20), False, lead).run(LEVELS)  # type: ignore[arg-type]
     assert load.measured[:3] == [16, 32, 32]  # measured again: the second is within the budget
     assert max(lv.concurrency for lv in levels if lv.p99_ms <= 20) >= 32
+
+
+def test_a_level_over_the_budget_that_cannot_win_is_not_measured_again() -> None:
+    from tcli.analyze.sweep import Lead, Sweep
+
+    load = SimulatedLoad(rate=100, cap=1000)  # p99 19.2 ms at 16, 38.4 ms (p50 19.2) at 32
+    lead = Lead(concurrency=16, throughput=5000.0)
+    levels = Sweep(load, Constraints(latency_budget_ms=20), False, lead).run(LEVELS)  # type: ignore[arg-type]
+    # within the budget, 32 in flight would serve at most twice 16's 1000/s: short of tying 5000/s
+    assert load.measured == [16, 32]
+    assert [level.concurrency for level in levels] == [16, 32]
