@@ -428,7 +428,9 @@ class ModelManager:
         if repository is not None:
             repository.drop(name)
 
-    def shutdown(self, timeout: float | None = None) -> None:
+    def shutdown(self, timeout: float | None = None) -> int:
+        """Stop every model (their requests drained, their instances unloaded); returns how many model
+        versions were unloaded."""
         if self._poller is not None:
             self._poller.stop()
         with self._lock:
@@ -437,13 +439,16 @@ class ModelManager:
             for model in models:
                 for runner in model.runners():
                     runner.close()
+            unloaded = 0
             for model in models:
                 for runner in model.runners():
                     runner.finish(timeout)
+                    unloaded += 1
                 if model.agents is not None:
                     model.agents.unload()
         for repository in [*self.repositories, *self._request_files.values()]:
             repository.close()
+        return unloaded
 
     def on_change(self, listener: Callable[[str], None]) -> None:
         self._listeners.append(listener)
