@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from server.repository.poller import RepositoryPoller
     from server.scheduling.rate_limiter import RateLimiter
     from server.scheduling.response_cache import ResponseCache
+    from server.scheduling.runner import ModelRunner
 
 log = logging.getLogger("tcli.server")
 
@@ -443,6 +444,7 @@ class ModelManager:
             for model in models:
                 for runner in model.runners():
                     runner.finish(timeout)
+                    _log_unloaded(runner)
                     unloaded += 1
                 if model.agents is not None:
                     model.agents.unload()
@@ -683,6 +685,11 @@ def _read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:
     return labels
 
 
+def _log_unloaded(runner: ModelRunner) -> None:
+    """Triton's words: its qa (L0_lifecycle) and its users count these lines."""
+    log.info("successfully unloaded '%s' version %s", runner.name, runner.version)
+
+
 def _retire(model: ServedModel) -> None:
     """Drain and unload a replaced model's runners off the caller's thread, then tell its agents."""
     runners = model.runners()
@@ -693,6 +700,7 @@ def _retire(model: ServedModel) -> None:
     def stop() -> None:
         for runner in runners:
             runner.stop()
+            _log_unloaded(runner)
         if agents is not None:
             agents.unload()
         release_freed_memory()

@@ -133,7 +133,6 @@ class ModelRunner:
         self._queued = False  # a request went to the scheduler: workers must drain it
         self._stopped = False
         self._closed = False
-        self._loaded = False  # every instance loaded: its unloading is logged, as Triton logs it
         # instances that may run on the caller's thread, and the average execution time that decides it;
         # it starts above the budget so a model's first executions (often its slowest) go to threads
         self._inline: list[tuple[int, RequestModel]] = []  # (index, instance)
@@ -174,7 +173,6 @@ class ModelRunner:
             self._unload_instances()
             raise
         verbose.loaded(self.name, self.version, self.config, self._instances)
-        self._loaded = True
         self._busy = [threading.Lock() for _ in self._instances]
         scheduler = self.scheduler
         # batching and sequence schedulers need their queue; rate-limited executions wait on the workers
@@ -232,9 +230,6 @@ class ModelRunner:
             thread.join(timeout)
         out = [] if self._dispatcher is None else self._dispatcher.settle_before_unload(timeout)
         self._unload_instances(out)
-        if self._loaded:  # Triton's words: its qa (L0_lifecycle) and its users count these lines
-            self._loaded = False
-            _LOG.info("successfully unloaded '%s' version %s", self.name, self.version)
 
     def _unregister(self) -> None:
         for slot in self._slots:
