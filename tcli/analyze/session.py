@@ -94,7 +94,7 @@ class Session:
         self.console = console
         self.err = err
         self.checkpoint: Checkpoint | None = None
-        self.window_ms: int | None = None  # the first full sweep's window, stretched at concurrency 1
+        self.window_ms: int | None = None  # the first sweep's window, stretched at its first level
 
     def say(self, text: str) -> None:
         """A note: with the table on stdout, on stderr beside JSON or CSV."""
@@ -165,13 +165,15 @@ class Session:
 
     def _lead(self, measured: list[Measured], original: Candidate) -> Lead | None:
         """Quick mode under a throughput objective: the best config so far, where the next sweep
-        starts (sweep.py); None before any config met the constraints."""
+        starts (sweep.py); before any config met the constraints, the middle of the concurrency
+        ladder with nothing to beat (a sweep steps down from there as readily as it climbs)."""
         plan = self.plan
         if plan.mode != "quick" or plan.constraints.objective != "throughput":
             return None
         rows = rank(measured, plan.constraints, original)
         if not rows or rows[0].rank != 1 or rows[0].point is None:
-            return None
+            ladder = plan.measure.concurrencies()
+            return Lead(ladder[len(ladder) // 2], 0.0)
         return Lead(rows[0].point.concurrency, rows[0].point.throughput)
 
     def _measure(
@@ -182,7 +184,7 @@ class Session:
 
         options = self.plan.measure
         if lead is not None and self.window_ms is not None:
-            # a sweep that starts higher keeps the window stretched at concurrency 1, should it step down
+            # the first sweep's window at least, should a sweep that starts higher step down
             options = dataclasses.replace(options, measurement_ms=max(options.measurement_ms, self.window_ms))
         try:
             levels, window_ms = measure_candidate(
@@ -193,7 +195,7 @@ class Session:
                 self.plan.mode == "quick",
                 lead,
             )
-            if lead is None and self.window_ms is None:
+            if self.window_ms is None:
                 self.window_ms = window_ms
         except CliError as exc:
             return Measured(candidate, [], error=exc.message)

@@ -1,14 +1,15 @@
 """One candidate's concurrency sweep: which load levels are measured, in which order, and when the
 sweep stops.
 
-Without a lead (the first config, brute mode, the latency objective) a sweep climbs 1, 2, 4, ...
---max-concurrency and stops once p99 passes the budget (more load only adds latency) and, in quick
-mode, once throughput stops rising. With a lead (quick mode, throughput objective: the best config so
-far and the concurrency it peaked at) it starts at that concurrency: the levels below it serve less,
-and under a throughput objective they cannot be a config's best point, so measuring them is the time
-most of a sweep used to take. From there it climbs as above; when the lead's level is already over the
-budget it steps down instead, to the level Little's law puts within it (p99 grows with the load
-once the config is saturated), until one meets the budget: such a config serves less than the lead.
+Without a lead (brute mode, the latency objective) a sweep climbs 1, 2, 4, ... --max-concurrency and
+stops once p99 passes the budget (more load only adds latency) and, in quick mode, once throughput
+stops rising. With a lead (quick mode, throughput objective: the best config so far and the
+concurrency it peaked at; for the first config the ladder's middle, with nothing to beat) it starts at
+that concurrency: the levels below it serve less, and under a throughput objective they cannot be a
+config's best point, so measuring them is the time most of a sweep used to take. From there it climbs
+as above; when the lead's level is already over the budget it steps down instead, to the level
+Little's law puts within it (p99 grows with the load once the config is saturated), until one meets
+the budget: such a config serves less than the lead.
 
 A level over the budget is measured once more before it ends a sweep (a busy machine's stall in one
 short window is that window's p99, and lowers its throughput too), unless a second measurement
