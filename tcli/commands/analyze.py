@@ -177,7 +177,7 @@ def analyze(
         int,
         typer.Option(
             "--measurement-request-count",
-            help="Stretch windows (up to 5 s) to hold at least this many requests at concurrency 1; 0: never.",
+            help="Stretch windows (up to 5 s) to hold at least this many requests at a sweep's first level; 0: never.",
         ),
     ] = 50,
     stability_percentage: Annotated[

@@ -303,3 +303,27 @@ def test_a_level_over_the_budget_that_cannot_win_is_not_measured_again() -> None
     # within the budget, 32 in flight would serve at most twice 16's 1000/s: short of tying 5000/s
     assert load.measured == [16, 32]
     assert [level.concurrency for level in levels] == [16, 32]
+
+
+def test_a_quick_sweep_starts_where_the_best_config_so_far_peaked() -> None:
+    from rich.console import Console
+
+    from tcli.analyze.measure import InputOptions, MeasureOptions
+    from tcli.analyze.session import Plan, Session
+    from tcli.analyze.sweep import Lead
+
+    def session(mode: str = "quick", objective: str = "throughput") -> Session:
+        constraints = Constraints(latency_budget_ms=20, objective=objective)
+        plan = Plan(
+            "m", mode, constraints, MeasureOptions(max_concurrency=64), Bounds(), InputOptions(), None
+        )
+        return Session(plan, Console(), Console())
+
+    base = Candidate(1, 8, True)
+    best = Measured(
+        Candidate(2, 8, True), [Level(16, 1000.0, 5, 10), Level(32, 1500.0, 9, 18), Level(64, 1600.0, 20, 40)]
+    )
+    assert session()._lead([best], base) == Lead(32, 1500.0)  # its best point within the budget
+    assert session()._lead([], base) == Lead(8, 0.0)  # nothing yet: the middle of 1, 2, ... 64
+    assert session("brute")._lead([best], base) is None  # brute sweeps start at 1
+    assert session(objective="latency")._lead([best], base) is None  # the lowest p99 is at low loads
