@@ -8,8 +8,8 @@ concurrency it peaked at; for the first config the ladder's middle, with nothing
 that concurrency: the levels below it serve less, and under a throughput objective they cannot be a
 config's best point, so measuring them is the time most of a sweep used to take. From there it climbs
 as above; when the lead's level is already over the budget it steps down instead, to the level
-Little's law puts within it (p99 grows with the load once the config is saturated), until one meets
-the budget: such a config serves less than the lead.
+Little's law puts within it (p99 grows with the load once the config is saturated; a quarter of the
+load at most per step), until one meets the budget: such a config serves less than the lead.
 
 A level over the budget is measured once more before it ends a sweep (a busy machine's stall in one
 short window is that window's p99, and lowers its throughput too), unless a second measurement
@@ -37,6 +37,7 @@ MAX_WINDOW_MS = 5000  # perf_analyzer's default window: no window is stretched p
 FLAT_GAIN = 0.05  # quick mode: a concurrency sweep stops once doubling the load gains less than this,
 FLAT_LEVELS = 2  # for this many levels in a row
 RETRIES_PER_SWEEP = 2  # levels over the budget measured once more (a sweep ends at one over it)
+MAX_STEP_DOWN = 2  # levels a sweep over the budget steps down at once (a quarter of the load)
 
 
 @dataclass(frozen=True)
@@ -114,15 +115,17 @@ def start_index(concurrencies: list[int], lead: Lead | None) -> int:
 
 def step_down(concurrencies: list[int], level: Level, constraints: Constraints) -> int | None:
     """The next level to try below one over the budget: the highest whose p99 Little's law puts
-    within it (latency grows in proportion to the load once the config is saturated), at least one
-    step down; None below the first level."""
+    within it (latency grows in proportion to the load once the config is saturated), one step down
+    at least and MAX_STEP_DOWN at most (a stalled window's p99 would send it far too low); None
+    below the first level."""
     below = [i for i, value in enumerate(concurrencies) if value < level.concurrency]
     if not below:
         return None
     budget = constraints.latency_budget_ms
     estimate = level.concurrency * budget / level.p99_ms if budget and math.isfinite(level.p99_ms) else 0
-    fitting = [i for i in below if concurrencies[i] <= estimate]
-    return fitting[-1] if fitting else below[0]
+    reach = below[-MAX_STEP_DOWN:]
+    fitting = [i for i in reach if concurrencies[i] <= estimate]
+    return fitting[-1] if fitting else reach[0]
 
 
 class Sweep:

@@ -278,9 +278,9 @@ def test_a_sweep_over_the_budget_at_the_leads_load_steps_down_to_it() -> None:
     lead = Lead(concurrency=64, throughput=4000.0)
     levels = Sweep(load, Constraints(latency_budget_ms=20), False, lead).run(LEVELS)  # type: ignore[arg-type]
     # 64 in flight: p99 192 ms, and p50 96 ms: no stall's, so not measured again; Little's law puts
-    # the budget near 6 in flight: 4 is the next level measured, within the budget
-    assert load.measured == [64, 4]
-    assert [level.concurrency for level in levels] == [4, 64]
+    # the budget near 6 in flight, 4 levels down: it steps down 2 at a time (16: p99 48 ms), then 4
+    assert load.measured == [64, 16, 4]
+    assert [level.concurrency for level in levels] == [4, 16, 64]
     assert levels[0].p99_ms <= 20 < levels[1].p99_ms
 
 
