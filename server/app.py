@@ -563,9 +563,11 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
             loop.remove_signal_handler(sig)
         signals.end_on_signal()  # a signal while the models unload (the loop no longer runs): now
         server.end_loading()
-        server.manager.shutdown(settings.exit_timeout_secs)
+        unloaded = server.manager.shutdown(settings.exit_timeout_secs)
         server.service.tracer.close()  # traces still held are written
         loop.close()
+        # the log's last line, as tritonserver's says that no model is left live
+        log.info("server stopped: %d model version%s unloaded", unloaded, "" if unloaded == 1 else "s")
     return 0
 
 
