@@ -293,6 +293,15 @@ def perf(
     random_seed: Annotated[
         int, typer.Option("--random-seed", help="Seed of the synthetic prompts.", rich_help_panel=LLM_PANEL)
     ] = 0,
+    use_server_token_count: Annotated[
+        bool,
+        typer.Option(
+            "--use-server-token-count",
+            help="Count tokens as the server does (OpenAI: usage; Triton: num_input_tokens and "
+            "num_output_tokens when the model has them).",
+            rich_help_panel=LLM_PANEL,
+        ),
+    ] = False,
 ) -> None:
     """Measure throughput and latency the way perf_analyzer does: windows until three agree, then the
     client's latencies (average, p50/p90/p95/p99) and the server's split (queue, compute) from its
@@ -316,6 +325,7 @@ def perf(
         [_extra_input(text) for text in extra_inputs or []],
         tokenizer,
         random_seed,
+        use_server_token_count,
     )
     if service_kind == ServiceKind.openai:
         _measure_llm(llm, model_name, model_version, None, url, concurrency_range, output_format, filename)
@@ -467,6 +477,7 @@ class LlmFlags:
     extra_inputs: list[tuple[str, Any]]
     tokenizer: str | None
     random_seed: int
+    server_token_count: bool
 
 
 def _extra_input(text: str) -> tuple[str, Any]:
@@ -528,7 +539,9 @@ def _measure_llm(
             inputs=frozenset(names),
             batched=info.max_batch_size > 0,
         )
-    settings = GenerationSettings(model_name, flags.output_tokens_mean, dict(flags.extra_inputs))
+    settings = GenerationSettings(
+        model_name, flags.output_tokens_mean, dict(flags.extra_inputs), flags.server_token_count
+    )
     run(
         target,
         settings,

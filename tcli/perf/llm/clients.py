@@ -28,7 +28,9 @@ class RequestRecord:
     chunks: list[str] = field(default_factory=list)
     end_ns: int = 0
     error: str = ""
-    output_tokens: int = 0  # counted after the run (tcli/perf/llm/metrics.py)
+    output_tokens: int = 0  # counted after the run (tcli/perf/llm/runner.py)
+    server_output_tokens: int | None = None  # as the server counted them (--use-server-token-count)
+    server_input_tokens: int | None = None
 
     @property
     def text(self) -> str:
@@ -40,6 +42,7 @@ class GenerationSettings:
     model: str
     max_tokens: int | None  # None: the model's own default
     extra: dict[str, Any]  # --extra-inputs, into the request body or sampling_parameters
+    server_token_count: bool = False  # ask the server to count tokens (usage, num_output_tokens)
 
 
 def _now() -> int:
@@ -62,6 +65,8 @@ class OpenAIClient:
 
     def _body(self, prompt: str) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.settings.model, "stream": self.streaming}
+        if self.streaming and self.settings.server_token_count:
+            body["stream_options"] = {"include_usage": True}
         if self.endpoint_type == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
             if self.settings.max_tokens is not None:
@@ -92,7 +97,9 @@ class OpenAIClient:
                     record.error = f"HTTP {response.status_code}: {_openai_error(body)}"
                     return record
                 if not self.streaming:
-                    text = self._text(json.loads(await response.aread()))
+                    message = json.loads(await response.aread())
+                    _usage(record, message)
+                    text = self._text(message)
                     if text:
                         record.token_ns.append(_now())
                         record.chunks.append(text)
@@ -107,6 +114,7 @@ class OpenAIClient:
                     if "error" in message:
                         record.error = _openai_error(data)
                         break
+                    _usage(record, message)
                     text = self._text(message)
                     if text:
                         record.token_ns.append(_now())
@@ -119,6 +127,13 @@ class OpenAIClient:
 
     async def close(self) -> None:
         await self.http.aclose()
+
+
+def _usage(record: RequestRecord, message: dict[str, Any]) -> None:
+    usage = message.get("usage")
+    if isinstance(usage, dict):
+        record.server_output_tokens = usage.get("completion_tokens", record.server_output_tokens)
+        record.server_input_tokens = usage.get("prompt_tokens", record.server_input_tokens)
 
 
 def _openai_error(body: str) -> str:
@@ -172,6 +187,18 @@ class TritonStream:
                         if text:
                             record.token_ns.append(_now())
                             record.chunks.append(text)
+                    elif output.name in ("num_output_tokens", "num_input_tokens"):
+                        raw = (
+                            answer.raw_output_contents[index]
+                            if index < len(answer.raw_output_contents)
+                            else b""
+                        )
+                        if len(raw) >= 4:
+                            count = int(np.frombuffer(raw[:4], dtype=np.uint32)[0])
+                            if output.name == "num_input_tokens":
+                                record.server_input_tokens = count
+                            else:
+                                record.server_output_tokens = (record.server_output_tokens or 0) + count
                 final = answer.parameters.get("triton_final_response")
                 if final is not None and final.bool_param:
                     break
@@ -226,6 +253,10 @@ class TritonClient:
         sampling = dict(settings.extra)
         if settings.max_tokens is not None:
             sampling["max_tokens"] = settings.max_tokens
+        if settings.server_token_count:
+            for name in ("return_num_input_tokens", "return_num_output_tokens"):
+                if name in inputs:
+                    add(name, "BOOL", np.array([True]).tobytes())
         if "sampling_parameters" in inputs:
             add("sampling_parameters", "BYTES", _bytes_element(json.dumps(sampling)))
         elif "max_tokens" in inputs and settings.max_tokens is not None:

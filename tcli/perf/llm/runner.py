@@ -71,6 +71,10 @@ async def _run(
             next_prompt += count
             for record in records:
                 record.output_tokens = counter.count(record.text) if counter.exact else len(record.chunks)
+                if settings.server_token_count and record.server_output_tokens is not None:
+                    record.output_tokens = record.server_output_tokens
+                if settings.server_token_count and record.server_input_tokens is not None:
+                    record.input_tokens = record.server_input_tokens
             metrics = level_metrics(concurrency, records)
             results.append(metrics)
             if on_level is not None:

@@ -63,7 +63,9 @@ def run(
             "endpoint_type": target.endpoint_type,
             "streaming": target.streaming,
             "url": target.url,
-            "token_count": "tokenizer" if counter.exact else "responses",
+            "token_count": "server"
+            if settings.server_token_count
+            else ("tokenizer" if counter.exact else "responses"),
         }
         print(json.dumps(report_json(settings.model, description, results), indent=2))
     if filename is not None:
