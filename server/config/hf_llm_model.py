@@ -13,14 +13,16 @@ Triton's OpenAI front end and GenAI-Perf call them):
   `finish_reason`.
 
 The model is decoupled: the requests of one `execute` (up to max_batch_size, merged by the dynamic
-batcher) are generated together, one forward pass per token for all of them, each request's text
-streamed to its own response sender. The config's parameters say where the weights are
+batcher) form a group generated together, one forward pass per token for all of them, each
+request's text streamed to its own response sender. A thread of its own steps the groups in turn, so
+that requests arriving while others generate start at once rather than after them. The config's parameters say where the weights are
 (`huggingface_model`, relative to this version folder) and how many threads torch uses
 (`cpu_threads`). `transformers` is imported here only, when an instance starts.
 """
 
 import json
 import os
+import threading
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -137,6 +139,32 @@ class Generation:
         return pb_utils.InferenceResponse(output_tensors=outputs)
 
 
+class Group:
+    """The requests of one `execute`, generated together: their batch's tensors and cache."""
+
+    def __init__(self, generations, pad, torch, cache):
+        self.generations = generations
+        self.cache = cache  # {argument name: the key/value cache}, filled in place step by step
+        width = max(len(g.ids) for g in generations)
+        rows = len(generations)
+        self.input_ids = torch.full((rows, width), pad, dtype=torch.long)
+        self.mask = torch.zeros((rows, width), dtype=torch.long)
+        for row, g in enumerate(generations):
+            self.input_ids[row, width - len(g.ids) :] = torch.tensor(g.ids, dtype=torch.long)
+            self.mask[row, width - len(g.ids) :] = 1
+        self.positions = (self.mask.cumsum(-1) - 1).clamp(min=0)
+
+    def done(self):
+        return all(g.finish_reason is not None for g in self.generations)
+
+    def fail(self, message):
+        for g in self.generations:
+            if g.finish_reason is None:
+                g.finish_reason = "error"
+                error = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+                g.sender.send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
 class TritonPythonModel:
     def initialize(self, args):
         import inspect
@@ -171,8 +199,17 @@ class TritonPythonModel:
             self.eos.add(self.tokenizer.eos_token_id)
         pad = self.tokenizer.pad_token_id
         self.pad = pad if pad is not None else next(iter(self.eos), 0)
+        # requests generate in a thread of their own (the model is decoupled), so that execute returns
+        # and the next requests join at the next step
+        self.groups = []
+        self.stopping = False
+        self.work = threading.Condition()
+        self.thread = threading.Thread(target=self._run, name="generate", daemon=True)
+        self.thread.start()
 
     def execute(self, requests):
+        """Hand the requests to the generation thread as one group and return at once: requests that
+        arrive while others generate start at the next step, not when the others end."""
         generations = []
         for request in requests:
             try:
@@ -181,40 +218,54 @@ class TritonPythonModel:
                 error = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
                 request.get_response_sender().send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         if generations:
-            with self.torch.inference_mode():
-                self._generate(generations)
+            group = Group(generations, self.pad, self.torch, {self.cache_argument: self.new_cache()})
+            with self.work:
+                self.groups.append(group)
+                self.work.notify()
         return None
 
-    def _generate(self, generations):
-        """Left-padded batch, one forward pass per step with the key/value cache, each request
+    def _run(self):
+        """The generation thread: one step of every group in turn, until the model unloads."""
+        while True:
+            with self.work:
+                while not self.groups and not self.stopping:
+                    self.work.wait()
+                if self.stopping:
+                    return
+                groups = list(self.groups)
+            for group in groups:
+                try:
+                    with self.torch.inference_mode():
+                        self._step(group)
+                except Exception as exc:  # the group's requests fail, the model goes on
+                    group.fail(f"generation failed: {type(exc).__name__}: {exc}")
+                if group.done():
+                    with self.work:
+                        self.groups.remove(group)
+
+    def _step(self, group):
+        """One forward pass for the group's requests (left-padded, with the key/value cache), each
         sampled with its own parameters and finished on its own."""
         torch = self.torch
-        width = max(len(g.ids) for g in generations)
-        rows = len(generations)
-        input_ids = torch.full((rows, width), self.pad, dtype=torch.long)
-        mask = torch.zeros((rows, width), dtype=torch.long)
-        for row, g in enumerate(generations):
-            input_ids[row, width - len(g.ids) :] = torch.tensor(g.ids, dtype=torch.long)
-            mask[row, width - len(g.ids) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = {self.cache_argument: self.new_cache()}  # filled in place, step by step
-        active = list(generations)
-        while active:
-            out = self.model(
-                input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, **cache
-            )
-            logits = out.logits[:, -1, :].float()
-            next_ids = torch.full((rows, 1), self.pad, dtype=torch.long)
-            for row, g in enumerate(generations):
-                if g.finish_reason is not None:
-                    continue
-                token = self._sample(logits[row], g)
-                next_ids[row, 0] = token
-                self._advance(g, token)
-            active = [g for g in generations if g.finish_reason is None]
-            input_ids = next_ids
-            mask = torch.cat([mask, torch.ones((rows, 1), dtype=torch.long)], dim=1)
-            positions = positions[:, -1:] + 1
+        out = self.model(
+            input_ids=group.input_ids,
+            attention_mask=group.mask,
+            position_ids=group.positions,
+            use_cache=True,
+            **group.cache,
+        )
+        logits = out.logits[:, -1, :].float()
+        rows = len(group.generations)
+        next_ids = torch.full((rows, 1), self.pad, dtype=torch.long)
+        for row, g in enumerate(group.generations):
+            if g.finish_reason is not None:
+                continue
+            token = self._sample(logits[row], g)
+            next_ids[row, 0] = token
+            self._advance(g, token)
+        group.input_ids = next_ids
+        group.mask = torch.cat([group.mask, torch.ones((rows, 1), dtype=torch.long)], dim=1)
+        group.positions = group.positions[:, -1:] + 1
 
     def _sample(self, logits, g):
         torch = self.torch
@@ -266,4 +317,9 @@ class TritonPythonModel:
             g.sender.send(g.response(g.text, len(g.tokens), final), flags=flags)
 
     def finalize(self):
-        del self.model
+        with self.work:
+            self.stopping = True
+            self.work.notify()
+        self.thread.join(timeout=30)
+        for group in self.groups:
+            group.fail("the model was unloaded")

@@ -1,7 +1,8 @@
 """`tcli perf` on language models, as GenAI-Perf and AIPerf measure them: a decoupled mock LLM in
 Triton's LLM conventions (one word per response, as many as max_tokens asks) served by a real tcli
-server, measured over gRPC streaming at two concurrency levels; the JSON, the CSV and the table carry
-time to first token, inter-token latency, sequence lengths and throughputs. No test asserts a speed."""
+server, measured over gRPC streaming at two concurrency levels and through the server's OpenAI
+front end (chat and completions, streamed); the JSON, the CSV and the table carry time to first
+token, inter-token latency, sequence lengths and throughputs. No test asserts a speed."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ input [
   { name: "exclude_input_in_output" data_type: TYPE_BOOL dims: [ 1 ] optional: true }
 ]
 output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]
+parameters { key: "tokenizer" value { string_value: "tokenizer" } }
 """
 # one word per response, max_tokens of them (default 3); the prompt's length in words is the first
 # word, so that the test can see the prompt the client made
@@ -81,7 +83,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "config.pbtxt").write_text(config)
         (repo / name / "1" / "model.py").write_text(model)
-    settings = ServerSettings([repo], ControlMode.NONE, http_port=0, grpc_port=0, allow_metrics=False)
+    # the chat template the OpenAI front end renders chat messages with (config parameter `tokenizer`)
+    (repo / "mock_llm" / "tokenizer").mkdir()
+    template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    (repo / "mock_llm" / "tokenizer" / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": template})
+    )
+    settings = ServerSettings(
+        [repo], ControlMode.NONE, http_port=0, grpc_port=0, allow_metrics=False, openai_port=0
+    )
     with Server(settings) as running:
         yield running
 
@@ -133,6 +143,38 @@ def test_decoupled_llm_reports_ttft_itl_and_throughput_per_concurrency(
         ("2", "inter_token_latency"),
         ("2", "output_token_throughput"),
     }
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_an_openai_endpoint_is_measured_the_same_way(server: Server, endpoint: str) -> None:
+    done = run_tcli(
+        "perf",
+        "-m",
+        "mock_llm",
+        "--service-kind",
+        "openai",
+        "--endpoint-type",
+        endpoint,
+        "-u",
+        f"http://127.0.0.1:{server.openai_port}",
+        "--concurrency",
+        "2",
+        "--request-count",
+        "4",
+        "--synthetic-input-tokens-mean",
+        "7",
+        "--output-tokens-mean",
+        "4",
+        "--format",
+        "json",
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["service_kind"] == "openai" and answer["endpoint_type"] == endpoint
+    (level,) = answer["levels"]
+    assert level["concurrency"] == 2 and level["request_count"]["avg"] == 4
+    assert level["output_sequence_length"]["avg"] == 4  # max_tokens reached the model, a chunk per word
+    assert level["time_to_first_token"]["p50"] > 0 and level["inter_token_latency"]["p50"] > 0
 
 
 def test_the_table_names_each_figure(server: Server) -> None:

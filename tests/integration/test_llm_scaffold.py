@@ -1,7 +1,8 @@
 """`tcli repo scaffold` of a Hugging Face model folder (the example examples/tiny_llm: a tiny Llama
 with random weights and a tokenizer built in code) writes a decoupled python model in Triton's LLM
 conventions that loads, generates on CPU with transformers and streams token by token over gRPC
-ModelStreamInfer, with sampling parameters as a JSON string or as separate inputs; the server that
+ModelStreamInfer, with sampling parameters as a JSON string or as separate inputs, and answers the
+official `openai` client's streamed chat completions through its own chat template; the server that
 serves it does not import transformers or torch itself (its instances do)."""
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from server.app import Server, ServerSettings
+from server.repository.manager import ControlMode
 from tests.cli.conftest import run_tcli
-from tests.integration.conftest import RunningServer
-from tests.integration.grpc_fixtures import start_grpc_server
 from tests.integration.test_startup import serve_and_list
 
 pytest.importorskip("torch")
@@ -37,12 +38,12 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(repository: Path) -> Iterator[RunningServer]:
-    running = start_grpc_server(repository)
-    try:
+def server(repository: Path) -> Iterator[Server]:
+    settings = ServerSettings(
+        [repository], ControlMode.NONE, allow_http=False, grpc_port=0, allow_metrics=False, openai_port=0
+    )
+    with Server(settings) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def _tensor(name: str, value: Any, datatype: str) -> grpcclient.InferInput:
@@ -52,9 +53,9 @@ def _tensor(name: str, value: Any, datatype: str) -> grpcclient.InferInput:
     return tensor
 
 
-def generate(server: RunningServer, prompt: str, **inputs: Any) -> list[dict[str, Any]]:
+def generate(server: Server, prompt: str, **inputs: Any) -> list[dict[str, Any]]:
     """Every response of one streamed request: text, num_output_tokens, final flag; or the error."""
-    client = grpcclient.InferenceServerClient(server.url)
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
     responses: queue.Queue[Any] = queue.Queue()
     client.start_stream(callback=lambda result, error: responses.put((result, error)))
     tensors = [_tensor("text_input", prompt.encode(), "BYTES")]
@@ -103,7 +104,7 @@ def test_scaffold_writes_a_decoupled_model_in_triton_llm_conventions(repository:
     assert 'key: "tokenizer"' in config and 'string_value: "1/hf"' in config
 
 
-def test_streams_one_response_per_token_up_to_max_tokens(server: RunningServer) -> None:
+def test_streams_one_response_per_token_up_to_max_tokens(server: Server) -> None:
     params = json.dumps({"max_tokens": 6, "temperature": 0, "ignore_eos": True})
     responses = generate(
         server,
@@ -130,7 +131,7 @@ def test_streams_one_response_per_token_up_to_max_tokens(server: RunningServer) 
 
 
 def test_without_stream_one_response_with_the_prompt_and_separate_sampling_inputs(
-    server: RunningServer,
+    server: Server,
 ) -> None:
     responses = generate(
         server, "The quick brown fox", max_tokens=3, temperature=0.0, return_num_output_tokens=True
@@ -140,10 +141,30 @@ def test_without_stream_one_response_with_the_prompt_and_separate_sampling_input
     assert responses[0]["num_output_tokens"] <= 3
 
 
-def test_bad_sampling_parameters_answer_an_error_naming_the_input(server: RunningServer) -> None:
+def test_bad_sampling_parameters_answer_an_error_naming_the_input(server: Server) -> None:
     responses = generate(server, "Hello", stream=True, sampling_parameters="{not json")
     assert "error" in responses[-1]
     assert "sampling_parameters" in responses[-1]["error"]
+
+
+def test_the_openai_client_streams_a_chat_completion_through_the_models_chat_template(server: Server) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.openai_port}/v1", api_key="none", timeout=WAIT)
+    stream = client.chat.completions.create(
+        model="tiny_llm",
+        messages=[{"role": "user", "content": "Hello"}],
+        stream=True,
+        max_tokens=5,
+        temperature=1.0,
+        seed=1,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens <= 5
+    # the prompt went through examples/tiny_llm's chat template: <|bos|><|user|>Hello\n<|assistant|>
+    assert chunks[-1].usage.prompt_tokens >= 4
+    assert any(c.choices and c.choices[0].finish_reason for c in chunks)
 
 
 def test_serving_the_language_model_does_not_import_transformers_in_the_server(repository: Path) -> None:
