@@ -27,6 +27,10 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer
 # the share of available memory the key/value caches of one instance may take
 KV_CACHE_SHARE = 0.25
 MAX_BATCH_CEILING = 8  # on CPU, larger batches add latency for little throughput
+# requests arriving this close together start as one batch (one forward pass per token for all):
+# a batch's requests generate together to the end, and one that comes later generates beside them,
+# in turns, so that clients starting together a few ms apart should still meet in one batch
+BATCH_WINDOW_US = 5000
 CORES_PER_INSTANCE = 4  # torch's threads scale well up to about this many per forward pass
 
 INPUTS = (
@@ -152,7 +156,7 @@ def config_for_llm(options: ScaffoldOptions, sizing: LlmSizing, weights: str, to
                 tensor.optional = True
     dynamic = options.dynamic_batching if options.dynamic_batching is not None else max_batch > 1
     if dynamic:
-        config.dynamic_batching.SetInParent()
+        config.dynamic_batching.max_queue_delay_microseconds = BATCH_WINDOW_US
     group = config.instance_group.add()
     group.count = options.instance_count or sizing.instance_count  # 0: the machine's choice
     group.kind = pb2.ModelInstanceGroup.Kind.Value(options.instance_kind)

@@ -65,17 +65,19 @@ def summarise(values: Sequence[float]) -> dict[str, float]:
 
 
 def level_metrics(concurrency: int, records: Sequence[RequestRecord]) -> LevelMetrics:
-    good = [r for r in records if not r.error and r.token_ns]
-    failed = [r for r in records if r.error or not r.token_ns]
+    good = [r for r in records if not r.error]
+    failed = [r for r in records if r.error]
     result = LevelMetrics(concurrency)
     if failed:
-        result.first_error = failed[0].error or "a request answered no text"
+        result.first_error = failed[0].error
     ms = 1e-6
-    ttft = [(r.token_ns[0] - r.start_ns) * ms for r in good]
+    # an answer without text (end of sequence at once) counts, but has no first token
+    texts = [r for r in good if r.token_ns]
+    ttft = [(r.token_ns[0] - r.start_ns) * ms for r in texts]
     latency = [(r.end_ns - r.start_ns) * ms for r in good]
     itl = [
-        (lat - first) / (r.output_tokens - 1)
-        for r, lat, first in zip(good, latency, ttft, strict=True)
+        ((r.end_ns - r.start_ns) * ms - first) / (r.output_tokens - 1)
+        for r, first in zip(texts, ttft, strict=True)
         if r.output_tokens > 1
     ]
     result.distributions = {

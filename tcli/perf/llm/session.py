@@ -44,11 +44,13 @@ def run(
     )
     title = f"LLM Metrics | {settings.model} | {target.service_kind} {target.endpoint_type}"
 
+    errors = Console(stderr=True)
+
     def show(level: LevelMetrics) -> None:
         if output_format == "text":
             console.print(level_table(level, title))
-        if level.first_error:
-            console.print(
+        if level.first_error:  # on stderr: stdout holds the table or the JSON document only
+            errors.print(
                 f"{level.totals.get('error_request_count', 0):.0f} request(s) failed at concurrency "
                 f"{level.concurrency}: {level.first_error}",
                 style="yellow",
