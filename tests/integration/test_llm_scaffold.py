@@ -167,5 +167,17 @@ def test_the_openai_client_streams_a_chat_completion_through_the_models_chat_tem
     assert any(c.choices and c.choices[0].finish_reason for c in chunks)
 
 
+def test_tcli_perf_counts_the_models_own_tokens(server: Server) -> None:
+    done = run_tcli(
+        "perf", "-m", "tiny_llm", "-i", "grpc", "-u", f"127.0.0.1:{server.grpc_port}", "--request-count", "2",
+        "--synthetic-input-tokens-mean", "8", "--output-tokens-mean", "4", "--extra-inputs", "ignore_eos:true",
+        "--use-server-token-count", "--format", "json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    level = json.loads(done.stdout)["levels"][0]
+    assert level["output_sequence_length"]["avg"] == 4  # max_tokens and ignore_eos reached the model
+    assert level["input_sequence_length"]["avg"] >= 8  # 8 words, as the model's tokenizer counts them
+
+
 def test_serving_the_language_model_does_not_import_transformers_in_the_server(repository: Path) -> None:
     assert serve_and_list(repository, ("transformers", "torch"))["imported"] == []
