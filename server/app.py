@@ -447,6 +447,7 @@ class Server:
             max_input_size=settings.http_max_input_size,
             restricted=settings.openai_restricted_api,
             metrics=metrics if settings.allow_metrics else None,
+            explicit=settings.model_control_mode == ControlMode.EXPLICIT,
         )
         handle = await serve_http(
             app,

@@ -42,6 +42,7 @@ DOCUMENTED: dict[str, str] = {
     "jinja2": "https://jinja.palletsprojects.com/en/stable/api/",
     "jinja2.ext": "https://jinja.palletsprojects.com/en/stable/extensions/#loop-controls",
     "jinja2.sandbox": "https://jinja.palletsprojects.com/en/stable/sandbox/",
+    "tokenizers": "https://huggingface.co/docs/tokenizers/api/tokenizer",
     "httptools": "https://github.com/MagicStack/httptools#apis",
     "httpx": "https://www.python-httpx.org/api/",
     "matplotlib": "https://matplotlib.org/stable/api/index.html",

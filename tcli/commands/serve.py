@@ -257,8 +257,7 @@ def serve(
     openai_port: Annotated[
         int | None,
         typer.Option(
-            help="Serve the OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/embeddings, "
-            "/v1/models) on this port (0: any free port); off unless given.",
+            help="Serve OpenAI's API (/v1/chat/completions, ...) on this port (0: any free); off unless given.",
             show_default=False,
         ),
     ] = None,
@@ -270,8 +269,7 @@ def serve(
         typer.Option(
             "--openai-tokenizer",
             "--tokenizer",
-            help="Tokenizer folder (tokenizer_config.json) whose chat template turns chat messages into a "
-            "prompt, for models whose config names none (parameter 'tokenizer').",
+            help="Tokenizer folder whose chat template serves models that name none.",
         ),
     ] = "",
     openai_chat_template: Annotated[
@@ -279,7 +277,7 @@ def serve(
         typer.Option(
             "--openai-chat-template",
             "--chat-template",
-            help="A Jinja chat template file used instead of every model's own.",
+            help="Jinja chat template file replacing every model's own.",
         ),
     ] = "",
     openai_default_max_tokens: Annotated[
@@ -287,33 +285,32 @@ def serve(
         typer.Option(
             "--openai-default-max-tokens",
             "--default-max-tokens",
-            help="max_tokens of a request that gives none (Triton's front end: 16).",
+            help="max_tokens of a request that gives none.",
         ),
     ] = 16,
     openai_restricted_api: Annotated[
         list[str] | None,
         typer.Option(
-            help="<api>[,<api>...]:<header>=<value>: those OpenAI APIs answer 401 without the header; "
-            "APIs: inference, model-repository, metrics, health.",
+            help="<api>[,<api>]:<header>=<value>; APIs: inference, model-repository, metrics, health.",
         ),
     ] = None,
     openai_use_ssl: Annotated[
         str,
-        typer.Option(metavar="BOOLEAN", help="Serve the OpenAI API over HTTPS (needs -server-cert, -key)."),
+        typer.Option(metavar="BOOLEAN", help="Serve it over HTTPS (needs its -server-cert and -key)."),
     ] = "false",
     openai_use_ssl_mutual: Annotated[
         str | None,
         typer.Option(
             metavar="BOOLEAN",
-            help="HTTPS with client certificates signed by --openai-root-cert; implies HTTPS on.",
+            help="HTTPS asking client certificates signed by --openai-root-cert.",
             show_default=False,
         ),
     ] = None,
-    openai_server_cert: Annotated[str, typer.Option(help="The OpenAI port's certificate (PEM file).")] = "",
-    openai_server_key: Annotated[str, typer.Option(help="The OpenAI port's private key (PEM file).")] = "",
+    openai_server_cert: Annotated[str, typer.Option(help="Its certificate (PEM file).")] = "",
+    openai_server_key: Annotated[str, typer.Option(help="Its private key (PEM file).")] = "",
     openai_root_cert: Annotated[
         str,
-        typer.Option(help="CA certificate (PEM) that client certificates must be signed by (mutual TLS)."),
+        typer.Option(help="CA certificate (PEM) of client certificates (mutual TLS)."),
     ] = "",
     allow_client_shm: Annotated[
         str,

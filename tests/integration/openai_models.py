@@ -8,7 +8,7 @@ test's repository:
   "FAIL" fails at once, "LATE_FAIL" after two words; "SLOW" sends one word, then waits until cancelled.
 - `text_echo`: an identity-like model (not decoupled, batching) answering its `text_input` as
   `text_output`: chat answers show the prompt the chat template made. Its config names its
-  tokenizer folder (parameter `tokenizer`).
+  tokenizer folder (parameter `tokenizer`), whose `tokenizer.json` counts the tokens of `usage`.
 - `embedder`: `text_input` -> a 4-float `embedding` and `num_input_tokens`.
 - a tokenizer folder whose `tokenizer_config.json` holds a chat template.
 """
@@ -168,10 +168,18 @@ CHAT_TEMPLATE = (
 )
 
 
-def write_tokenizer(folder: Path, template: str = CHAT_TEMPLATE) -> Path:
+def write_tokenizer(folder: Path, template: str = CHAT_TEMPLATE, counts: bool = False) -> Path:
+    """A tokenizer folder with `template`; with `counts`, a `tokenizer.json` too (a word-level
+    tokenizer splitting at whitespace and punctuation) that token counts are made with."""
     folder.mkdir(parents=True, exist_ok=True)
     config = {"chat_template": template, "bos_token": "<s>", "eos_token": {"content": "</s>"}}
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    if counts:
+        from tokenizers import Tokenizer, models, pre_tokenizers
+
+        tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+        tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+        tokenizer.save(str(folder / "tokenizer.json"))
     return folder
 
 
@@ -188,6 +196,6 @@ def write_repository(repository: Path) -> Path:
     repository the server's --openai-tokenizer."""
     _model(repository, "mock_llm", MOCK_LLM_CONFIG, MOCK_LLM_MODEL)
     echo = _model(repository, "text_echo", TEXT_ECHO_CONFIG, TEXT_ECHO_MODEL)
-    write_tokenizer(echo / "tokenizer")
+    write_tokenizer(echo / "tokenizer", counts=True)
     _model(repository, "embedder", EMBEDDER_CONFIG, EMBEDDER_MODEL)
     return repository

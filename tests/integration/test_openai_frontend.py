@@ -142,6 +142,27 @@ def test_chat_uses_the_models_own_chat_template(client: openai.OpenAI) -> None:
     message = chat.choices[0].message
     assert message.role == "assistant"
     assert message.content == "<s>[system] Be brief.\n[user] Hi!\n[assistant]"
+    # text_echo reports no token counts: its tokenizer.json counts them (its text is its prompt)
+    words = [
+        "<",
+        "s",
+        ">[",
+        "system",
+        "]",
+        "Be",
+        "brief",
+        ".",
+        "[",
+        "user",
+        "]",
+        "Hi",
+        "!",
+        "[",
+        "assistant",
+        "]",
+    ]
+    assert chat.usage is not None
+    assert (chat.usage.prompt_tokens, chat.usage.completion_tokens) == (len(words), len(words))
     # mock_llm names none: the server's --openai-tokenizer folder's template
     chat = client.chat.completions.create(
         model="mock_llm", messages=[{"role": "user", "content": "x"}], max_completion_tokens=2, max_tokens=9
@@ -304,3 +325,17 @@ def test_kserve_front_ends_serve_beside_it(served: ServeProcess) -> None:
 def test_unknown_path_is_an_openai_error(served: ServeProcess) -> None:
     response = httpx.get(_url(served, "/v1/nothing"), timeout=DEADLINE)
     assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+
+
+def test_a_model_outside_the_conventions_is_400_naming_it(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError, match="no 'text_output' output") as raised:
+        client.chat.completions.create(model="embedder", messages=[{"role": "user", "content": "x"}])
+    assert isinstance(raised.value.body, dict) and raised.value.body["param"] == "model"
+    with pytest.raises(openai.BadRequestError, match="'mock_llm' is not an embedding model"):
+        client.embeddings.create(model="mock_llm", input="x")
+
+
+def test_a_body_that_is_not_a_json_object_is_400(served: ServeProcess) -> None:
+    for body in (b"nope", b"[1]"):
+        response = httpx.post(_url(served, "/v1/completions"), content=body, timeout=DEADLINE)
+        assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"

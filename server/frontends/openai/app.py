@@ -14,6 +14,7 @@ Routes are a `RouteTable` as the HTTP front end's are, each with its restricted 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -31,21 +32,22 @@ from server.frontends.http.asgi_io import (
     Scope,
     Send,
     lifespan,
-    read_body,
     respond,
 )
 from server.frontends.http.routes import Route, RouteTable
 from server.frontends.openai import params, responses
 from server.frontends.openai.chat_template import CONFIG_PARAMETER, Templates, tokenizer_folder
-from server.frontends.openai.errors import OpenAIError, from_triton, invalid, unknown_model
+from server.frontends.openai.errors import OpenAIError, from_triton, invalid, too_large, unknown_model
 from server.frontends.openai.generation import Choice, Piece, Usage, pieces
 from server.frontends.openai.restricted import OpenAIRestrictions, Refused
 from server.frontends.openai.sse import serve_events
+from server.frontends.openai.token_count import TokenCounters
 from server.frontends.openai.translate import ModelInputs, embedding, embedding_request, generation_request
 from server.protocol.errors import ErrorCode, TritonError
 from server.protocol.restricted import Restrictions
 
 if TYPE_CHECKING:
+    from server.protocol.types import InferenceRequest
     from server.service import Admission, InferenceService
 
 log = logging.getLogger("tcli.server.openai")
@@ -67,14 +69,18 @@ class OpenAIFrontend:
         max_input_size: int = 64 * 2**20,
         restricted: Restrictions | None = None,
         metrics: Callable[[], bytes] | None = None,
+        explicit: bool = False,
     ) -> None:
         self.service = service
         self.tokenizer = tokenizer
         self.templates = Templates(chat_template)
+        self.counters = TokenCounters()
         self.default_max_tokens = default_max_tokens
         self.max_input_size = max_input_size
         self._restrictions = OpenAIRestrictions(restricted or {})
         self.metrics = metrics
+        self.explicit = explicit  # --model-control-mode=explicit: /v1/models/{model}/load and unload
+        self._managing = asyncio.Lock()  # one load or unload at a time, each seeing the last one's end
         self._created: dict[str, int] = {}  # when a model was first listed: OpenAI's `created`
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -99,6 +105,9 @@ class OpenAIFrontend:
             raise OpenAIError(404, f"Not Found: {scope['method']} {scope['path']}", None, "not_found")
         route, parameters = found
         self._restrictions.check(scope["headers"], route.group)
+        declared = _content_length(scope["headers"])
+        if declared > self.max_input_size:  # refused from the head, before the body is read
+            raise too_large(declared, self.max_input_size)
         method: str = scope["method"]
         if method not in route.methods:
             raise OpenAIError(
@@ -129,18 +138,32 @@ class OpenAIFrontend:
     async def _manage_model(
         self, scope: Scope, receive: Receive, send: Send, method: str, model: str, action: str
     ) -> None:
-        try:
-            if action == "load":
-                await self.service.load(model, None, {})
-            else:
-                await self.service.unload(model)
-        except TritonError as error:
-            raise from_triton(error, model, f"Failed to {action} model '{model}': ") from None
-        names = self._model_names()
-        created = self._created.get(model, int(time.time()))
-        if action == "unload" and model not in names:
-            self._created.pop(model, None)
-        await _json(send, responses.model_object(model, created))
+        """Triton's front end's model management (--model-control-mode=explicit): load answers the
+        model object, unload {"status": "success", "model": ...}; a model already loaded (load) or not
+        loaded (unload) is refused, as there."""
+        await self._body(receive)  # none is needed; one over the size limit is still refused
+        if not self.explicit:
+            raise OpenAIError(400, "Model load/unload requires --model-control-mode=explicit")
+        if not model.strip() or model in (".", "..") or "/" in model or "\\" in model:
+            raise invalid("model", f"Invalid model name: '{model}': a model is a folder of the repository")
+        async with self._managing:
+            loaded = model in self._model_names()
+            if action == "load" and loaded:
+                raise OpenAIError(400, f"Model '{model}' is already loaded", "model", "model_already_loaded")
+            if action == "unload" and not loaded:
+                raise OpenAIError(400, f"Unknown model: {model}", "model", "model_not_found")
+            try:
+                if action == "load":
+                    await self.service.load(model, None, {})
+                else:
+                    await self.service.unload(model)
+            except TritonError as error:
+                raise from_triton(error, model, f"Failed to {action} model '{model}': ") from None
+            if action == "unload":
+                self._created.pop(model, None)
+                return await _json(send, {"status": "success", "model": model})
+            self._model_names()
+        await _json(send, responses.model_object(model, self._created.get(model, int(time.time()))))
 
     def _admit(self, name: str) -> tuple[ModelInputs, Admission]:
         admission = self.service.admission(name)
@@ -149,7 +172,8 @@ class OpenAIFrontend:
                 raise unknown_model(name)
             raise from_triton(admission.error, name)
         batching, inputs = self.service.input_schema(admission)
-        return ModelInputs(name, batching, inputs), admission
+        outputs = frozenset(tensor.name for tensor in admission.config.output)
+        return ModelInputs(name, batching, inputs, outputs), admission
 
     # completions -----------------------------------------------------------------------------------
     async def _completions(self, scope: Scope, receive: Receive, send: Send, method: str) -> None:
@@ -161,7 +185,7 @@ class OpenAIFrontend:
         model.require_text()
         self._check_logprobs(model, sampling)
         echo = sampling.echo and not model.echoes()  # the model cannot echo: the front end does
-        run = self._run(model, admission, prompts, sampling)
+        run = self._run(model, admission, prompts, sampling, self._tokenizer_folder(admission))
         request_id, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
 
         def choice(
@@ -215,14 +239,7 @@ class OpenAIFrontend:
         model, admission = self._admit(name)
         model.require_text()
         self._check_logprobs(model, sampling)
-        config = admission.config
-        parameter = (
-            config.parameters[CONFIG_PARAMETER].string_value if CONFIG_PARAMETER in config.parameters else ""
-        )
-        folder_of_model = admission.model.path if admission.model is not None else None
-        folder = tokenizer_folder(
-            parameter, Path(folder_of_model) if folder_of_model else None, self.tokenizer
-        )
+        folder = self._tokenizer_folder(admission)
         template = self.templates.for_model(name, folder)
         try:
             prompt = template.render(messages)
@@ -231,7 +248,7 @@ class OpenAIFrontend:
                 "messages", f"model '{name}': its chat template refused the messages: {exc}"
             ) from None
         sampling.echo = False
-        run = self._run(model, admission, [prompt], sampling)
+        run = self._run(model, admission, [prompt], sampling, folder)
         request_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         top = sampling.logprobs or 0
 
@@ -288,8 +305,22 @@ class OpenAIFrontend:
                 "'sampling_parameters' input)",
             )
 
+    def _tokenizer_folder(self, admission: Admission) -> Path | None:
+        """The model's tokenizer folder: its config's parameter, --openai-tokenizer, or its own."""
+        config = admission.config
+        parameter = (
+            config.parameters[CONFIG_PARAMETER].string_value if CONFIG_PARAMETER in config.parameters else ""
+        )
+        folder = admission.model.path if admission.model is not None else None
+        return tokenizer_folder(parameter, Path(folder) if folder else None, self.tokenizer)
+
     def _run(
-        self, model: ModelInputs, admission: Admission, prompts: list[str], sampling: params.Sampling
+        self,
+        model: ModelInputs,
+        admission: Admission,
+        prompts: list[str],
+        sampling: params.Sampling,
+        tokenizer: Path | None,
     ) -> _Run:
         if sampling.max_tokens is None:
             sampling.max_tokens = self.default_max_tokens
@@ -301,7 +332,7 @@ class OpenAIFrontend:
                 seed = None if sampling.seed is None else sampling.seed + j  # n choices: n different seeds
                 request = generation_request(model, prompt, sampling, f"{base}-{index}", seed)
                 choices.append(Choice(index, p, request))
-        usage = Usage()
+        usage = Usage(counter=self.counters.for_folder(tokenizer), prompts=list(prompts))
         stream = pieces(self.service, admission, choices, sampling.stop, sampling.max_tokens, usage)
         return _Run(stream, usage)
 
@@ -331,21 +362,27 @@ class OpenAIFrontend:
             )
         model, admission = self._admit(name)
         base = uuid.uuid4().hex[:16]
-        data, tokens = [], 0
-        for index, text in enumerate(items):
-            request = embedding_request(model, text, dimensions, f"{base}-{index}")
-            vector, counted = None, None
+        requests = [embedding_request(model, text, dimensions, f"{base}-{i}") for i, text in enumerate(items)]
+
+        async def embed(request: InferenceRequest) -> tuple[list[float], int | None]:
             answers = self.service.infer_stream(request, admission)
             async with _closing(answers) as stream:
                 async for item in stream:
                     if item.error is not None:
                         raise from_triton(item.error)
-                    if item.response is not None and vector is None:
-                        vector, counted = embedding(name, item.response)
-            if vector is None:
-                raise OpenAIError(500, f"model '{name}' answered no response")
-            data.append(responses.embedding_item(index, vector, encoding))
-            tokens += counted or 0
+                    if item.response is not None:
+                        return embedding(name, item.response)  # closing the stream ends the request
+            raise OpenAIError(500, f"model '{name}' answered no response")
+
+        # side by side: a batching model merges them
+        tasks = [asyncio.ensure_future(embed(request)) for request in requests]
+        try:
+            found = await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+        data = [responses.embedding_item(i, vector, encoding) for i, (vector, _) in enumerate(found)]
+        tokens = sum(counted or 0 for _, counted in found)
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         await _json(send, {"object": "list", "data": data, "model": name, "usage": usage})
 
@@ -361,11 +398,24 @@ class OpenAIFrontend:
         )
 
     async def _document(self, receive: Receive) -> dict[str, Any]:
-        try:
-            body = await read_body(receive, self.max_input_size, True)
-        except TritonError as error:
-            raise OpenAIError(413, error.message, None, "request_too_large") from None
-        return params.read_body(body)
+        """The request body as a JSON object."""
+        return params.read_body(await self._body(receive))
+
+    async def _body(self, receive: Receive) -> bytes:
+        """The request body, read within --http-max-input-size."""
+        pieces: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                raise Disconnected
+            piece = message.get("body", b"")
+            size += len(piece)
+            if size > self.max_input_size:
+                raise too_large(size, self.max_input_size)
+            pieces.append(piece)
+            if not message.get("more_body", False):
+                return b"".join(pieces)
 
 
 class _Run:
@@ -395,6 +445,13 @@ class _Run:
 
 def _closing(stream: AsyncGenerator[Any, None]) -> contextlib.aclosing[AsyncGenerator[Any, None]]:
     return contextlib.aclosing(stream)
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int:
+    for key, value in headers:
+        if key == b"content-length":
+            return int(value) if value.isdigit() else -1
+    return -1
 
 
 async def _json(send: Send, document: Any) -> None:

@@ -73,6 +73,13 @@ class Templates:
                 f"Unknown tokenizer: model '{model}' names no tokenizer folder for its chat template "
                 f"(config parameter '{CONFIG_PARAMETER}', or tcli serve --openai-tokenizer)",
             )
+        if folder is not None and not folder.is_dir() and not self.override:
+            raise OpenAIError(
+                500,
+                f"Unknown tokenizer: model '{model}' names '{folder}', which is not a folder here: tcli reads "
+                "tokenizers from local folders (a Hugging Face id can be fetched with `hf download ID "
+                "--local-dir DIR`)",
+            )
         config_file = folder / TOKENIZER_CONFIG if folder is not None else None
         template_file = Path(self.override) if self.override else None
         if template_file is None and folder is not None and (folder / TEMPLATE_FILE).is_file():

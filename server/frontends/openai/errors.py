@@ -1,7 +1,8 @@
 """OpenAI's error objects: `{"error": {"message", "type", "param", "code"}}` with the HTTP status OpenAI
-gives (400 a bad parameter, 401 a restricted API, 404 an unknown model, 500 a model that failed).
-Clients written for Triton's own OpenAI front end read FastAPI's `{"detail": message}`: the body carries
-that key too, with the same message."""
+gives (400 a bad parameter, 401 a restricted API, 404 an unknown model, 413 a body over
+--http-max-input-size, 500 a model that failed). Clients written for Triton's own OpenAI front end read
+FastAPI's `{"detail": message}`: the body carries that key too, with the same message, where Triton's
+front end has it (not in a 413, which its middleware answers as OpenAI does)."""
 
 from __future__ import annotations
 
@@ -9,23 +10,43 @@ import orjson
 
 from server.protocol.errors import ErrorCode, TritonError
 
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error"}
+_TYPES = {401: "authentication_error"}
 
 
 class OpenAIError(Exception):
     """An answer in OpenAI's error shape; `param` names the request parameter at fault."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        detail: bool = True,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.detail = detail  # FastAPI's `detail` beside it, as Triton's front end answers
 
     def body(self) -> bytes:
         kind = _TYPES.get(self.status, "server_error" if self.status >= 500 else "invalid_request_error")
         error = {"message": self.message, "type": kind, "param": self.param, "code": self.code}
-        return orjson.dumps({"error": error, "detail": self.message})
+        return orjson.dumps({"error": error, "detail": self.message} if self.detail else {"error": error})
+
+
+def too_large(size: int, limit: int) -> OpenAIError:
+    """413 for a body over --http-max-input-size, in Triton's front end's words."""
+    return OpenAIError(
+        413,
+        f"Request size of {size} bytes exceeds the maximum allowed input size of {limit} bytes. "
+        "Use --http-max-input-size to increase the limit.",
+        None,
+        "content_too_large",
+        detail=False,
+    )
 
 
 def invalid(param: str, message: str) -> OpenAIError:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from server.frontends.openai.translate import generated
 
 if TYPE_CHECKING:
+    from server.frontends.openai.token_count import TokenCounter
     from server.protocol.types import InferenceRequest
     from server.service import Admission, InferenceService
 
@@ -31,15 +32,28 @@ class Piece:
 
 @dataclass
 class Usage:
-    """Token counts as the model reports them (`num_input_tokens`, `num_output_tokens`)."""
+    """Token counts as the model reports them (`num_input_tokens`, `num_output_tokens`), else as its
+    tokenizer counts the prompts and the text generated (`counter`), else none."""
 
     prompt_tokens: dict[int, int] = field(default_factory=dict)  # per prompt
     completion_tokens: int = 0
     reported: bool = False
+    counter: TokenCounter | None = None
+    prompts: list[str] = field(default_factory=list)
+    texts: dict[int, list[str]] = field(default_factory=dict)  # per choice, what went out
 
     def document(self) -> dict[str, int] | None:
         if not self.reported:
-            return None
+            if self.counter is None:
+                return None
+            count = self.counter.count
+            prompt = sum(count(text) for text in self.prompts)
+            completion = sum(count("".join(parts)) for parts in self.texts.values())
+            return {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            }
         prompt = sum(self.prompt_tokens.values())
         return {
             "prompt_tokens": prompt,
@@ -109,6 +123,8 @@ async def _run(
                     produced += found.completion_tokens
                     usage.completion_tokens += found.completion_tokens
                 text, stopped = scanner.feed(found.text)
+                if usage.counter is not None:
+                    usage.texts.setdefault(choice.index, []).append(text)
                 if text or found.logprobs:
                     yield Piece(choice.index, text, found.logprobs)
                 if stopped:  # leaving the loop closes the stream: the model's request is cancelled
@@ -117,7 +133,10 @@ async def _run(
             if item.final:
                 break
     length = max_tokens is not None and max_tokens > 0 and produced >= max_tokens
-    yield Piece(choice.index, scanner.flush(), None, "length" if length else "stop")
+    rest = scanner.flush()
+    if usage.counter is not None:
+        usage.texts.setdefault(choice.index, []).append(rest)
+    yield Piece(choice.index, rest, None, "length" if length else "stop")
 
 
 _DONE = object()

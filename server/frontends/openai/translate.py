@@ -42,15 +42,20 @@ class ModelInputs:
     name: str
     batching: bool
     inputs: dict[str, tuple[str, tuple[int, ...]]]
+    outputs: frozenset[str]
 
     def require_text(self) -> None:
-        if TEXT_INPUT not in self.inputs:
-            raise OpenAIError(
-                400,
-                f"model '{self.name}' does not follow Triton's LLM conventions: it has no '{TEXT_INPUT}' input",
-                "model",
-                "model_not_supported",
-            )
+        for found, tensor, kind in (
+            (self.inputs, TEXT_INPUT, "input"),
+            (self.outputs, TEXT_OUTPUT, "output"),
+        ):
+            if tensor not in found:
+                raise OpenAIError(
+                    400,
+                    f"model '{self.name}' does not follow Triton's LLM conventions: it has no '{tensor}' {kind}",
+                    "model",
+                    "model_not_supported",
+                )
 
     def takes_logprobs(self) -> bool:
         return "return_logprobs" in self.inputs or SAMPLING_PARAMETERS in self.inputs
@@ -213,12 +218,25 @@ def embedding(model: str, response: InferenceResponse) -> tuple[list[float], int
         if tensor.name == "num_input_tokens":
             tokens = int(np.asarray(tensor.data).reshape(-1)[0])
         elif tensor.datatype == "BYTES" and tensor.name == TEXT_OUTPUT and vector is None:
-            found = json.loads("".join(_strings(tensor)))
-            if isinstance(found, list) and found and isinstance(found[0], list):
-                found = found[0]
-            vector = [float(v) for v in found]
+            vector = _json_vector(model, "".join(_strings(tensor)))
         elif tensor.datatype.startswith(("FP", "BF")) and vector is None:
             vector = np.asarray(tensor.data, dtype=np.float64).reshape(-1).tolist()
     if vector is None:
         raise OpenAIError(500, f"model '{model}' answered no embedding (a float output, or '{TEXT_OUTPUT}')")
     return vector, tokens
+
+
+def _json_vector(model: str, text: str) -> list[float]:
+    """vLLM's embedding answer: `text_output` holding a JSON list of numbers (or a list of one)."""
+    try:
+        found = json.loads(text)
+        if isinstance(found, list) and found and isinstance(found[0], list):
+            found = found[0]
+        return [float(v) for v in found]
+    except (ValueError, TypeError):
+        raise OpenAIError(
+            400,
+            f"model '{model}' is not an embedding model: its '{TEXT_OUTPUT}' is not a JSON list of numbers",
+            "model",
+            "model_not_supported",
+        ) from None
