@@ -76,6 +76,7 @@ DOCUMENTED: dict[str, str] = {
     "rich.text": "https://rich.readthedocs.io/en/stable/reference/text.html",
     "tensorrt": "https://docs.nvidia.com/deeplearning/tensorrt/api/python_api/",
     "torch": "https://pytorch.org/docs/stable/",
+    "transformers": "https://huggingface.co/docs/transformers/main_classes/model",
     # the python backend's module: tcli provides it (server/backends/python/pb_utils) to the models
     "triton_python_backend_utils": "https://github.com/triton-inference-server/python_backend#usage",
     # Triton's generated protobuf modules, the documented way to build its messages in Python
