@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import math
 import signal
 import sys
 import threading
@@ -192,6 +193,7 @@ class Server:
         self.metrics_port: int | None = None
         self.grpc_port: int | None = None
         self._handles: list[Any] = []
+        self._http: Any = None  # the HTTP front end's handle (not the metrics one)
         self._bls: Any = None  # python models' BLS requests run on the front ends' loop while it serves
         self._model_control: Any = None  # and so do their pb_utils.load_model / unload_model calls
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -347,6 +349,7 @@ class Server:
             )
             self.http_port = handle.port
             self._handles.append(handle)
+            self._http = handle
         if settings.allow_metrics:
             from server.backends.python.pb_utils.metric_registry import METRICS
             from server.frontends.http.server import serve_http
@@ -424,12 +427,48 @@ class Server:
             if self.service.requests_started != seen:
                 seen, quiet_since = self.service.requests_started, loop.time()
 
+    async def close_http(self, timeout: float) -> float:
+        """The first step of tritonserver's graceful stop: the HTTP front end takes no new
+        connection, and serves those open (requests on a kept-alive connection, new ones too) until
+        they close or `timeout` passes, counting down in the log each second as Triton does; returns
+        what is left of `timeout`. The gRPC front end and the models serve on meanwhile."""
+        handle = self._http
+        if handle is None:
+            return timeout
+        handle.stop_accepting()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        counted: int | None = None
+        while handle.open_connections and loop.time() < deadline:
+            left = math.ceil(deadline - loop.time())
+            if left != counted:  # Triton's line, once a second
+                log.info("Timeout %d: Found %d HTTP service connections", left, handle.open_connections)
+                counted = left
+            await asyncio.sleep(0.05)
+        return max(0.0, deadline - loop.time())
+
     async def drain(self, timeout: float) -> None:
-        """Stop accepting new inference requests and wait for queued and running ones."""
+        """Stop accepting new inference requests and wait for queued and running ones, counting down
+        in the log each second (Triton's lines)."""
         self.service.accepting = False
-        deadline = asyncio.get_running_loop().time() + timeout
-        while asyncio.get_running_loop().time() < deadline:
-            if not any(r.scheduler.pending() for m in self.manager.models().values() for r in m.runners()):
+        log.info("Waiting for in-flight requests to complete.")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        counted: int | None = None
+        while True:
+            busy = [
+                (runner.name, runner.version)
+                for model in self.manager.models().values()
+                for runner in model.runners()
+                if runner.scheduler.pending()
+            ]
+            left = max(0, math.ceil(deadline - loop.time()))
+            if left != counted:
+                log.info(
+                    "Timeout %d: Found %d model versions that have in-flight inferences", left, len(busy)
+                )
+                counted = left
+            if not busy or loop.time() >= deadline:
                 break
             await asyncio.sleep(0.05)
 
@@ -464,8 +503,11 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
 
     def on_signal(number: int) -> None:
         received.append(number)
-        if len(received) > 1:  # a second signal: now
-            signals.end_now(number)
+        if len(received) > 1:  # a second Ctrl-C: now; a second SIGTERM changes nothing (Triton's way)
+            if number == signal.SIGINT:
+                signals.end_now(number)
+            log.info("%s: the server is already stopping", signal.Signals(number).name)
+            return
         stop.set()
 
     async def main() -> None:
@@ -479,8 +521,8 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
         began = loop.time()
         if received[0] == signal.SIGTERM:  # Ctrl-C (SIGINT) is a person who wants it stopped now
             log.info("SIGTERM: not ready; serving until no request has arrived for %ss", QUIET_SECS)
-            await server.unready(timeout / 2)  # half the exit timeout at most (a second signal: now)
-        remaining = timeout - (loop.time() - began)
+            await server.unready(timeout / 2)  # half the exit timeout at most (a second Ctrl-C: now)
+        remaining = await server.close_http(timeout - (loop.time() - began))
         log.info("signal received: draining in-flight requests (up to %.1fs)", remaining)
         await server.drain(remaining)
         await server.stop_frontends()
@@ -490,7 +532,9 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
     finally:
         for sig in signals.STOP_SIGNALS:
             loop.remove_signal_handler(sig)
-        signals.end_on_signal()  # a signal while the models unload (the loop no longer runs): now
+        # while the models unload (the loop no longer runs): Ctrl-C ends it now, SIGTERM is ignored
+        signals.end_on_signal()
+        signals.ignore_sigterm()
         server.end_loading()
         server.manager.shutdown(settings.exit_timeout_secs)
         server.service.tracer.close()  # traces still held are written

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import os
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from server.repository.poller import RepositoryPoller
     from server.scheduling.rate_limiter import RateLimiter
     from server.scheduling.response_cache import ResponseCache
+    from server.scheduling.runner import ModelRunner
 
 log = logging.getLogger("tcli.server")
 
@@ -330,6 +332,15 @@ class ModelManager:
                 if self.mode == ControlMode.EXPLICIT:
                     self.refresh()  # an explicit load reads the model as the repository holds it now
                 repository, folder = self._locate(name)
+                current = self._models.get(name)
+                if (
+                    config_override is None
+                    and current is not None
+                    and current.built_from is not None
+                    and current.path == folder.path
+                    and current.built_from == repository.fingerprint(name)
+                ):
+                    return current  # nothing changed since it loaded: Triton loads nothing again
             new_files = repository if isinstance(repository, RequestFiles) else None
             try:
                 return self._load_from(name, repository, folder, config_override)
@@ -360,7 +371,7 @@ class ModelManager:
                     folder.path,
                     versions={v: VersionEntry(v, ModelState.LOADING) for v in folder.versions},
                 )
-        new = self._build(repository, folder, config_override)
+        new = self._build(repository, folder, config_override, old)
         if not self._starting:  # start-up trims once at its end: a trim walks the whole heap
             release_freed_memory()  # what loading freed: reading the model files, failed instances
         failed = not new.ready_versions()
@@ -376,7 +387,7 @@ class ModelManager:
                 _keep_unloaded_versions(old, new)
             self._models[name] = new
             if old is not None:
-                _retire(old)
+                _retire(old, keep=new.runners())
             self._notify(name)
         if failed:
             raise load_failure(name, new)
@@ -489,7 +500,11 @@ class ModelManager:
 
     # building --------------------------------------------------------------------------------------
     def _build(
-        self, repository: Repository, folder: ModelFolder, config_override: ModelConfig | None
+        self,
+        repository: Repository,
+        folder: ModelFolder,
+        config_override: ModelConfig | None,
+        old: ServedModel | None = None,
     ) -> ServedModel:
         from server.repository.validation import validate_model
         from server.scheduling.request_checks import RequestRules
@@ -534,8 +549,13 @@ class ModelManager:
             )
         served.rules = RequestRules(config)
         served.labels = _read_labels(config, folder.path)
-        for version in select_versions(config.version_policy, folder.versions):
-            served.versions[version] = self._load_version(config, folder, version)
+        versions = select_versions(config.version_policy, folder.versions)
+        for version in versions:
+            kept = _unchanged_version(old, served, folder, version)
+            served.versions[version] = kept or self._load_version(config, folder, version)
+        if all(served.versions[v].state == ModelState.READY for v in versions):
+            served.built_from = fingerprint
+            log.info("successfully loaded '%s'", config.name)
         if agents is not None:
             agents.finish(loaded=bool(served.ready_versions()))
             if not served.ready_versions():
@@ -629,7 +649,7 @@ class ModelManager:
             return VersionEntry(
                 version, ModelState.UNAVAILABLE, internal(f"{type(exc).__name__}: {exc}").status_string()
             )
-        log.info("successfully loaded '%s' version %d", config.name, version)
+        log.debug("loaded '%s' version %d", config.name, version)
         entry.state, entry.runner = ModelState.READY, runner
         return entry
 
@@ -678,9 +698,49 @@ def _read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:
     return labels
 
 
-def _retire(model: ServedModel) -> None:
-    """Drain and unload a replaced model's runners off the caller's thread, then tell its agents."""
-    runners = model.runners()
+def _unchanged_version(
+    old: ServedModel | None, new: ServedModel, folder: ModelFolder, version: int
+) -> VersionEntry | None:
+    """The old model's ready entry for `version` when a reload need not load it again, as Triton
+    decides: neither the version's files nor the model's other files (the config aside) changed, and
+    the config differs at most in its version policy. An ensemble is always built again."""
+    if old is None or old.config is None or new.config is None or old.path != folder.path:
+        return None
+    entry = old.versions.get(version)
+    if entry is None or entry.state != ModelState.READY or entry.runner is None:
+        return None
+    before, after = type(old.config)(), type(new.config)()
+    before.CopyFrom(old.config)
+    after.CopyFrom(new.config)
+    before.ClearField("version_policy")
+    after.ClearField("version_policy")
+    if before != after:
+        return None
+    config_file = os.path.relpath(folder.config_path, folder.path)
+    if _version_files(old.fingerprint, version, config_file) != _version_files(
+        new.fingerprint, version, config_file
+    ):
+        return None
+    return entry
+
+
+def _version_files(fingerprint: tuple[object, ...], version: int, config_file: str) -> list[object]:
+    """What of a folder fingerprint (relative path, size, mtime per file) concerns `version`: its own
+    folder's files and the files outside every version folder, less the config."""
+    mine: list[object] = []
+    for item in fingerprint:
+        if not isinstance(item, tuple) or not item or not isinstance(item[0], str):
+            return list(fingerprint)  # not a local folder's: taken whole
+        top = item[0].split(os.sep, 1)[0]
+        if top == str(version) or (not top.isdigit() and item[0] != config_file):
+            mine.append(item)
+    return mine
+
+
+def _retire(model: ServedModel, keep: list[ModelRunner] | None = None) -> None:
+    """Drain and unload a replaced model's runners off the caller's thread, then tell its agents;
+    `keep`: runners the model that replaces it took over."""
+    runners = [runner for runner in model.runners() if not any(runner is k for k in keep or ())]
     agents, model.agents = model.agents, None
     if not runners and agents is None:
         return

@@ -43,7 +43,6 @@ from server.backends.base import (
     instance_specs,
     tcli_bug,
 )
-from server.backends.registry import load_instance
 from server.config.validate import enum_name
 from server.protocol import datatypes
 from server.protocol.errors import TritonError
@@ -52,6 +51,7 @@ from server.scheduling import verbose
 from server.scheduling.batch import batch_key, merge_inputs, requested_outputs, split_outputs
 from server.scheduling.batch_io import BatchIO
 from server.scheduling.dispatch import LoopDispatcher
+from server.scheduling.instance_loading import load_instances
 from server.scheduling.sequence import NullItem
 from server.scheduling.warmup import warm_up, warmup_samples
 from server.scheduling.work import (
@@ -155,8 +155,8 @@ class ModelRunner:
         on it (raising the first failure, after unloading what did load), then start one worker thread
         per instance (when the first request is queued)."""
         try:
-            for spec in instance_specs(self.config):
-                self._instances.append(load_instance(self.context, spec))
+            self._instances.extend(load_instances(self.context, specs := instance_specs(self.config)))
+            for spec in specs:
                 self._instance_names.append(spec.name)
                 if self._rate_limiter is not None:
                     group = self.config.instance_group[spec.group]
@@ -230,6 +230,7 @@ class ModelRunner:
             thread.join(timeout)
         out = [] if self._dispatcher is None else self._dispatcher.settle_before_unload(timeout)
         self._unload_instances(out)
+        _LOG.info("successfully unloaded '%s' version %s", self.name, self.version)  # Triton's line
 
     def _unregister(self) -> None:
         for slot in self._slots:

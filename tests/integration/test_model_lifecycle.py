@@ -92,3 +92,84 @@ def test_an_override_may_give_a_repeated_field_as_one_object(repo: Path) -> None
         }
         client.load_model("add_sub", config=json.dumps(config))
         assert client.get_model_config("add_sub")["instance_group"][0]["count"] == 2
+
+
+# each instance marks its arrival, then waits for the other's: loaded one after the other, the first
+# never sees the second and its initialize fails
+RENDEZVOUS = """
+import os
+import time
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        folder = os.path.join(args["model_repository"], "arrivals")
+        open(os.path.join(folder, args["model_instance_name"]), "w").close()
+        deadline = time.monotonic() + 20
+        while len(os.listdir(folder)) < 2:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the other instance never began its initialize")
+            time.sleep(0.05)
+
+    def execute(self, requests):
+        return []
+"""
+
+
+def test_the_instances_of_a_python_model_initialize_side_by_side(tmp_path: Path) -> None:
+    import json
+
+    import tritonclient.http as httpclient
+
+    from server.app import Server, ServerSettings
+
+    model = tmp_path / "rendezvous"
+    (model / "1").mkdir(parents=True)
+    (model / "arrivals").mkdir()
+    (model / "1" / "model.py").write_text(RENDEZVOUS)
+    settings = ServerSettings(
+        [tmp_path], ControlMode.EXPLICIT, host="127.0.0.1", http_port=0, allow_grpc=False
+    )
+    with Server(settings) as server:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+        # a config given with the load and no config.pbtxt: as Triton's qa loads it
+        client.load_model(
+            "rendezvous", config=json.dumps({"instance_group": [{"kind": "KIND_CPU", "count": 2}]})
+        )
+        assert client.is_model_ready("rendezvous")
+    assert sorted(path.name for path in (model / "arrivals").iterdir()) == [
+        "rendezvous_0_0",
+        "rendezvous_0_1",
+    ]
+
+
+def test_after_ctrl_c_an_open_http_connection_is_served_until_it_closes(repo: Path) -> None:
+    import os
+    import signal
+    import socket
+
+    import numpy as np
+    import tritonclient.http as httpclient
+
+    from tests.integration.serve_process import ServeProcess
+
+    served = ServeProcess("--model-repository", str(repo), program="tritonserver")
+    try:
+        client = httpclient.InferenceServerClient(served.http_url)  # one kept-alive connection
+        inputs = [httpclient.InferInput(name, [4], "FP32") for name in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(np.arange(4, dtype=np.float32))
+        client.infer("add_sub", inputs)
+        os.kill(served.process.pid, signal.SIGINT)
+        served.wait_for_output("Found 1 HTTP service connections")
+        # the open connection is served on (Triton's exit timeout) ...
+        result = client.infer("add_sub", inputs)
+        assert result.as_numpy("OUTPUT0").tolist() == [0.0, 2.0, 4.0, 6.0]
+        # ... a new one is refused
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", served.http_port), timeout=10).close()
+        client.close()
+        assert served.process.wait(60) == 0
+        assert "Waiting for in-flight requests to complete." in served.output()
+    finally:
+        served.stop()

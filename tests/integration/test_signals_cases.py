@@ -1,5 +1,6 @@
 """Signals at the moments where something waits on a model: a poll-mode reload whose new instance is
-still in initialize(), a second Ctrl-C while a model's finalize() holds the stop up, and a program
+still in initialize(), a second Ctrl-C (or a SIGTERM, ignored) while a model's finalize() holds the
+stop up, and a program
 using the in-process API (`tcli.inprocess`) interrupted while its server starts or stops. Each time
 the process ends within 5 s of the (last) signal, with the exit code it should have, no traceback, no
 shared memory and no process left. The example repository serves beside the model that waits."""
@@ -39,6 +40,11 @@ class TritonPythonModel:
         if self.wait_in == "finalize":
             open(os.environ["MARKER"], "w").close()
             time.sleep(600)
+        if self.wait_in == "finalize until released":
+            open(os.environ["MARKER"], "w").close()
+            deadline = time.monotonic() + 120
+            while not os.path.exists(os.environ["MARKER"] + ".released") and time.monotonic() < deadline:
+                time.sleep(0.02)
 """
 WAITING_CONFIG = """
 name: "waiting"
@@ -108,6 +114,20 @@ def test_a_second_ctrl_c_ends_the_server_at_once(repo: Path) -> None:
     run.send(signal.SIGINT, group=True)
     code, _, err = run.finish()
     assert code == -signal.SIGINT, err[-3000:]
+
+
+def test_a_sigterm_while_the_server_stops_is_ignored(repo: Path) -> None:
+    """As tritonserver ignores it: a script's `kill; wait` after a Ctrl-C (Triton's qa sends both)
+    sees the stop go on to its end and exit code 0."""
+    run, marker = _run(serve_command(repo), repo, "finalize until released")
+    run.wait_for(lambda: STARTED in run.output(), "started")
+    run.send(signal.SIGINT, group=True)
+    run.wait_for(marker.exists, "began finalize()")
+    run.send(signal.SIGTERM, group=False)  # as `kill PID` sends it
+    run.wait_for(lambda: "SIGTERM: the server is already stopping" in run.output(), "logged the SIGTERM")
+    Path(f"{marker}.released").touch()
+    code, _, err = run.finish()
+    assert code == 0, err[-3000:]
 
 
 @pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
