@@ -173,3 +173,37 @@ def test_after_ctrl_c_an_open_http_connection_is_served_until_it_closes(repo: Pa
         assert "Waiting for in-flight requests to complete." in served.output()
     finally:
         served.stop()
+
+
+# each initialize() appends its version to a file outside the model folder
+COUNTED = """
+class TritonPythonModel:
+    def initialize(self, args):
+        with open({log!r}, "a") as log:
+            log.write(args["model_version"] + "\\n")
+
+    def execute(self, requests):
+        return []
+"""
+
+
+def test_a_reload_loads_again_only_the_versions_that_changed(tmp_path: Path) -> None:
+    repo, log = tmp_path / "repo", tmp_path / "initialized.log"
+    model = repo / "counted"
+    for version in (1, 2, 3):
+        (model / str(version)).mkdir(parents=True)
+        (model / str(version) / "model.py").write_text(COUNTED.format(log=str(log)))
+    config = model / "config.pbtxt"
+    config.write_text('backend: "python"\nversion_policy: { specific: { versions: [1, 2] } }\n')
+    manager = ModelManager([repo], ControlMode.EXPLICIT)
+    try:
+        manager.load("counted")
+        manager.load("counted")  # nothing changed: nothing loads again
+        assert sorted(log.read_text().split()) == ["1", "2"]
+        (model / "2" / "model.py").write_text(COUNTED.format(log=str(log)) + "\n# changed\n")
+        config.write_text(config.read_text().replace("[1, 2]", "[1, 2, 3]"))
+        manager.load("counted")  # version 1 stays as it is, 2 changed, 3 is new
+        assert sorted(log.read_text().split()) == ["1", "2", "2", "3"]
+        assert _states(manager, "counted") == {"1": "READY", "2": "READY", "3": "READY"}
+    finally:
+        manager.shutdown()
