@@ -281,10 +281,11 @@ class TritonPythonModel:
 
 # L0_lifecycle's blocks (one server start each, between `LOG_IDX=$((LOG_IDX+1))` lines) that copy a
 # TensorFlow (graphdef, savedmodel) or TensorRT (plan) model, or a repository gen_qa_models.py makes
-# only with them (qa_ensemble_model_repository, qa_sequence_model_repository): neither server has
-# those frameworks here, and test.sh stops at the first `cp` of a model that is not there
+# only with them (qa_ensemble_model_repository, qa_sequence_model_repository), or serve a model of
+# Triton's C++ `sequence` backend (custom_sequence_int32): neither server has those here, and
+# test.sh stops at the first `cp` of a model that is not there, or a server that cannot start
 _LIFECYCLE_UNAVAILABLE = re.compile(
-    r"graphdef|savedmodel|plan|qa_ensemble_model_repository|qa_sequence_model_repository"
+    r"graphdef|savedmodel|plan|qa_ensemble_model_repository|qa_sequence_model_repository|custom_sequence_int32"
 )
 _LIFECYCLE_BLOCK = "LOG_IDX=$((LOG_IDX+1))\n"
 
@@ -295,8 +296,16 @@ _LIFECYCLE_BLOCK = "LOG_IDX=$((LOG_IDX+1))\n"
 _LIFECYCLE_ONNX_AT_START = "# LifeCycleTest.test_file_override\n"
 
 
+# test_shutdown_dynamic/_ensemble queue 6 executions of 5 s behind a 30 s exit timeout: the C++
+# identity just makes it; the python-based one's instance takes about a second more to unload, and
+# the server then exits 1 ("Exit timeout expired"), which stops test.sh. 4 s each keeps requests
+# queued past the signal, as the cases need.
+_LIFECYCLE_DELAY = ('string_value: \\"5000\\"', 'string_value: \\"4000\\"')
+
+
 def _lifecycle_without_tf_trt(qa_suite: Path, server: str) -> None:
-    """L0_lifecycle less its blocks that need TensorFlow or TensorRT models (both servers alike)."""
+    """L0_lifecycle less its blocks that need TensorFlow or TensorRT models (both servers alike), the
+    shutdown cases' executions a second shorter."""
     script = qa_suite / "test.sh"
     text = script.read_text()
     end = text.index("if [ $RET -eq 0 ]; then")
@@ -310,7 +319,7 @@ def _lifecycle_without_tf_trt(qa_suite: Path, server: str) -> None:
             dropped = _LIFECYCLE_UNAVAILABLE.search(block) is not None
         if not dropped and not (server == "triton" and _LIFECYCLE_ONNX_AT_START in block):
             kept.append(block)
-    script.write_text(_LIFECYCLE_BLOCK.join(kept) + text[end:])
+    script.write_text((_LIFECYCLE_BLOCK.join(kept) + text[end:]).replace(*_LIFECYCLE_DELAY))
 
 
 # what is changed around a suite on both servers alike, where a case needs what neither server has

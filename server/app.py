@@ -448,27 +448,28 @@ class Server:
         return max(0.0, deadline - loop.time())
 
     async def drain(self, timeout: float) -> None:
-        """Stop accepting new inference requests and wait for queued and running ones, counting down
-        in the log each second (Triton's lines)."""
+        """Close every model's scheduler (each refuses new requests as Triton's do; a sequence under
+        way goes on) and wait for what is queued and executing, up to `timeout`, counting down in
+        the log each second with Triton's lines (queued requests per model version)."""
         self.service.accepting = False
         log.info("Waiting for in-flight requests to complete.")
+        runners = [runner for model in self.manager.models().values() for runner in model.runners()]
+        for runner in runners:
+            runner.close()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         counted: int | None = None
         while True:
-            busy = [
-                (runner.name, runner.version)
-                for model in self.manager.models().values()
-                for runner in model.runners()
-                if runner.scheduler.pending()
-            ]
             left = max(0, math.ceil(deadline - loop.time()))
             if left != counted:
+                queued = [(r.name, r.version, n) for r in runners if (n := r.scheduler.pending())]
                 log.info(
-                    "Timeout %d: Found %d model versions that have in-flight inferences", left, len(busy)
+                    "Timeout %d: Found %d model versions that have in-flight inferences", left, len(queued)
                 )
+                for name, version, count in queued:
+                    log.info("Model '%s' (version %s) has %d in-flight inferences", name, version, count)
                 counted = left
-            if not busy or loop.time() >= deadline:
+            if not any(runner.in_flight() for runner in runners) or loop.time() >= deadline:
                 break
             await asyncio.sleep(0.05)
 

@@ -18,6 +18,7 @@ import enum
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -346,6 +347,7 @@ class ModelManager:
                 return self._load_from(name, repository, folder, config_override)
             finally:
                 self._settle_request_files(name, new_files)
+                log.debug("OnLoadFinal() '%s' for all version(s)", name)  # Triton's verbose line
 
     def _settle_request_files(self, name: str, new_files: RequestFiles | None) -> None:
         """Keep the request files the model now serves from, remove any other (a failed load's, or
@@ -400,6 +402,7 @@ class ModelManager:
             model = self._models.get(name)
             if model is None:
                 return
+            log.debug("AsyncUnload() '%s'", name)  # Triton's verbose line
             self._models[name] = ServedModel(
                 name,
                 model.path,
@@ -442,8 +445,19 @@ class ModelManager:
     def shutdown(self, timeout: float | None = None) -> None:
         if self._poller is not None:
             self._poller.stop()
+        # the loads under way end first (cancelled ones end with their instance processes), as Triton
+        # unloads once they have: up to `timeout`
+        deadline = time.monotonic() + (30.0 if timeout is None else timeout)
+        with self._lock:
+            locks = list(self._name_locks.values())
+        for lock in locks:
+            if lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                lock.release()
         with self._lock:
             models = list(self._models.values())
+            for model in models:
+                if model.runners():
+                    log.debug("AsyncUnload() '%s'", model.name)  # Triton's verbose line
             # close every runner first: their workers drain side by side, not one model after another
             for model in models:
                 for runner in model.runners():

@@ -18,7 +18,11 @@ What the runner calls on an instance is the contract in server/backends/base.py,
 one in work.py. A batch that fails answers its requests with the error and the instance goes on: a
 failure of the model's own code (`ModelError`) with the model's message, anything else unexpected
 as a bug of tcli's. Either is logged here once, with its traceback, the model, version, instance and
-request ids."""
+request ids.
+
+Long: the parts left here (workers, the inline path, executing a batch, closing) share the runner's
+instance table, its busy locks and its closed state; loading the instances (instance_loading.py),
+batch assembly (batch.py, batch_io.py) and the event loop's hand-off (dispatch.py) are apart."""
 
 from __future__ import annotations
 
@@ -255,6 +259,15 @@ class ModelRunner:
     @property
     def instance_count(self) -> int:
         return len(self._instances)
+
+    @property
+    def closed(self) -> bool:
+        """Closed (the server stops): its scheduler refuses what it no longer takes."""
+        return self._closed
+
+    def in_flight(self) -> int:
+        """Requests queued or executing now (the server's stop waits for them)."""
+        return self.scheduler.pending() + sum(lock.locked() for lock in self._busy)
 
     def ready(self) -> bool:
         """Whether every instance says it is ready (a python model's is_model_ready())."""

@@ -207,3 +207,73 @@ def test_a_reload_loads_again_only_the_versions_that_changed(tmp_path: Path) -> 
         assert _states(manager, "counted") == {"1": "READY", "2": "READY", "3": "READY"}
     finally:
         manager.shutdown()
+
+
+# answers once a file exists beside the model (the test's release), so a request is in flight at will
+HELD = """
+import os
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.release = os.path.join(args["model_repository"], "..", "released")
+        self.executing = os.path.join(args["model_repository"], "..", "executing")
+
+    def execute(self, requests):
+        open(self.executing, "w").close()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(self.release) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
+            for r in requests
+        ]
+"""
+
+
+def test_a_stopping_server_answers_new_requests_as_triton_and_finishes_those_in_flight(
+    tmp_path: Path,
+) -> None:
+    import os
+    import signal
+    import time
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from tests.integration.serve_process import ServeProcess
+
+    repo = tmp_path / "repo"
+    (repo / "held" / "1").mkdir(parents=True)
+    (repo / "held" / "1" / "model.py").write_text(HELD)
+    (repo / "held" / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    )
+    served = ServeProcess("--model-repository", str(repo), program="tritonserver")
+    try:
+        client = grpcclient.InferenceServerClient(served.grpc_url)
+        tensor = grpcclient.InferInput("IN", [1], "FP32")
+        tensor.set_data_from_numpy(np.ones(1, np.float32))
+        answers: list[object] = []
+        client.async_infer("held", [tensor], lambda result, error: answers.append(error or result))
+        deadline = time.monotonic() + 60
+        while not (repo / "executing").exists():
+            assert time.monotonic() < deadline, "the request never reached the model"
+            time.sleep(0.02)  # polling interval
+        os.kill(served.process.pid, signal.SIGINT)
+        served.wait_for_output("Waiting for in-flight requests to complete.")
+        with pytest.raises(
+            InferenceServerException, match="Server is stopping, scheduler for model has stopped"
+        ):
+            client.infer("held", [tensor])
+        (repo / "released").touch()
+        assert served.process.wait(60) == 0
+        assert len(answers) == 1 and answers[0].as_numpy("OUT").tolist() == [1.0]  # type: ignore[attr-defined]
+    finally:
+        served.stop()

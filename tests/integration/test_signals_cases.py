@@ -97,7 +97,9 @@ def test_a_signal_during_a_poll_reload_ends_the_server(repo: Path, number: int) 
     )
     run.wait_for(lambda: STARTED in run.output(), "started")
     Path(f"{marker}.armed").touch()  # the next initialize() waits
-    (repo / "waiting" / "config.pbtxt").write_text(WAITING_CONFIG + "\n# changed: reload\n")
+    # a change that needs the model loaded again (a comment alone would not, as in Triton)
+    changed = WAITING_CONFIG + '\nparameters { key: "changed" value { string_value: "reload" } }\n'
+    (repo / "waiting" / "config.pbtxt").write_text(changed)
     run.wait_for(marker.exists, "began reloading the model")
     run.send(number, group=number == signal.SIGINT)
     code, _, err = run.finish()
