@@ -300,12 +300,16 @@ _LIFECYCLE_ONNX_AT_START = "# LifeCycleTest.test_file_override\n"
 # identity just makes it; the python-based one's instance takes about a second more to unload, and
 # the server then exits 1 ("Exit timeout expired"), which stops test.sh. 4 s each keeps requests
 # queued past the signal, as the cases need.
+# `kill $SERVER_PID; wait $SERVER_PID` under `set -e` ends test.sh when the server already ended on
+# its own (Triton 2.51 dies in the load/unload stress case) or exits non-zero: each block counts on
+# its own instead
+_LIFECYCLE_KILL = re.compile(r"^(\s*)kill \$SERVER_PID\n\1wait \$SERVER_PID$", re.M)
 _LIFECYCLE_DELAY = ('string_value: \\"5000\\"', 'string_value: \\"4000\\"')
 
 
 def _lifecycle_without_tf_trt(qa_suite: Path, server: str) -> None:
     """L0_lifecycle less its blocks that need TensorFlow or TensorRT models (both servers alike), the
-    shutdown cases' executions a second shorter."""
+    shutdown cases' executions a second shorter, a server's end not ending test.sh."""
     script = qa_suite / "test.sh"
     text = script.read_text()
     end = text.index("if [ $RET -eq 0 ]; then")
@@ -319,7 +323,8 @@ def _lifecycle_without_tf_trt(qa_suite: Path, server: str) -> None:
             dropped = _LIFECYCLE_UNAVAILABLE.search(block) is not None
         if not dropped and not (server == "triton" and _LIFECYCLE_ONNX_AT_START in block):
             kept.append(block)
-    script.write_text((_LIFECYCLE_BLOCK.join(kept) + text[end:]).replace(*_LIFECYCLE_DELAY))
+    text = (_LIFECYCLE_BLOCK.join(kept) + text[end:]).replace(*_LIFECYCLE_DELAY)
+    script.write_text(_LIFECYCLE_KILL.sub(r"\1kill $SERVER_PID || true\n\1wait $SERVER_PID || true", text))
 
 
 # what is changed around a suite on both servers alike, where a case needs what neither server has
