@@ -45,8 +45,10 @@ The qa's clients use the tritonclient of the qa's version (`--client-wheel`, by 
 next to the reference server): newer ones refuse what the qa sends. The qa's servers listen on the
 fixed ports 8000-8002, so one subtest runs at a time; `--isolate` runs the whole script in network and
 mount namespaces of its own, where no other server holds them and /dev/shm is 1 GiB, as in Triton's
-CI (test_growth_error relies on that). Checkouts:
-`git archive v2.51.0 qa/L0_backend_python qa/python_models qa/common` of the server repository and
+CI (test_growth_error relies on that); `--isolate` also gives it a pid namespace, as suites refuse
+to start while `ps` shows another tritonserver. Checkouts:
+`git archive v2.51.0 qa/L0_backend_python qa/python_models qa/common` of the server repository (a
+whole suite reads other folders of qa too: L0_lifecycle its qa/custom_models) and
 `git archive r24.10` of python_backend. bls and ensemble copy models from the qa's DATADIR (its
 `--datadir`), which Triton's qa/common scripts make (torch and onnx are in the project's venv):
 
