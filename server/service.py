@@ -162,7 +162,7 @@ class InferenceService:
 
     # health ----------------------------------------------------------------------------------------
     def live(self) -> bool:
-        return self.live_flag
+        return self.live_flag and not self.manager.initialize_failed
 
     def ready(self) -> bool:
         """Accepting requests and not stopping, every repository read at least once (a bucket that

@@ -50,7 +50,7 @@ from server.repository.load_failures import (
 from server.repository.memory import release_freed_memory
 from server.repository.models import ModelState, ServedModel, StatsBook, VersionEntry
 from server.repository.request_files import RequestFiles
-from server.repository.sources import Repository, open_repository
+from server.repository.sources import LocalRepository, Repository, open_repository
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -95,6 +95,11 @@ class ModelManager:
         self.repositories: list[Repository] = [
             open_repository(r) if isinstance(r, str | Path) else r for r in repositories
         ]
+        # a local repository folder not there at start-up: the server failed to initialize, and is
+        # never live (Triton's SERVER_FAILED_TO_INITIALIZE, served on with --exit-on-error=false)
+        self.initialize_failed = any(
+            isinstance(r, LocalRepository) and not r.listed for r in self.repositories
+        )
         self.repoagent_directories = list(repoagent_directories)
         self.options = options or LoadOptions()
         self.mode = mode

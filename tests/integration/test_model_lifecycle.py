@@ -277,3 +277,39 @@ def test_a_stopping_server_answers_new_requests_as_triton_and_finishes_those_in_
         assert len(answers) == 1 and answers[0].as_numpy("OUT").tolist() == [1.0]  # type: ignore[attr-defined]
     finally:
         served.stop()
+
+
+def test_a_config_given_with_a_load_is_completed_from_the_version_it_serves(tmp_path: Path) -> None:
+    from server.protocol.config_json import parse_override
+
+    model = tmp_path / "simple"
+    shutil.copytree(ROOT / "model_repository" / "simple" / "1", model / "1")
+    (model / "3").mkdir()  # a newer version folder without a model file, not served by the policy
+    manager = ModelManager([tmp_path], ControlMode.EXPLICIT)
+    try:
+        override = '{"backend": "onnxruntime", "version_policy": {"specific": {"versions": [1]}}}'
+        manager.load("simple", parse_override(override))
+        assert _states(manager, "simple") == {"1": ModelState.READY}
+        config = manager.models()["simple"].config
+        assert config is not None and [i.name for i in config.input] == ["INPUT0", "INPUT1"]
+    finally:
+        manager.shutdown()
+
+
+def test_a_new_version_folder_without_files_is_a_change(tmp_path: Path) -> None:
+    """A Python-based backend's version folder may be empty: a new one is still a new version."""
+    from server.repository.manager import LoadOptions
+
+    backends, repo = tmp_path / "backends", tmp_path / "repo"
+    (backends / "plain").mkdir(parents=True)
+    (backends / "plain" / "model.py").write_text(COUNTED.format(log=str(tmp_path / "initialized.log")))
+    (repo / "versions" / "1").mkdir(parents=True)
+    (repo / "versions" / "config.pbtxt").write_text('backend: "plain"\n')
+    manager = ModelManager([repo], ControlMode.EXPLICIT, options=LoadOptions(backend_directory=backends))
+    try:
+        manager.load("versions")
+        (repo / "versions" / "2").mkdir()
+        manager.load("versions")  # the latest version is served now
+        assert _states(manager, "versions") == {"1": ModelState.UNAVAILABLE, "2": ModelState.READY}
+    finally:
+        manager.shutdown()
