@@ -110,6 +110,7 @@ class ModelManager:
         self._models: dict[str, ServedModel] = {}
         self._lock = threading.RLock()  # guards the model table's updates; readers never take it
         self._name_locks: dict[str, threading.RLock] = {}  # one load/unload of a model at a time
+        self._ensembles_loading: dict[str, set[str]] = {}  # ensembles loading -> the models they run
         self._listeners: list[Callable[[str], None]] = []
         self._poller: RepositoryPoller | None = None
         self._origins: dict[str, Repository] = {}  # the repository each model was last loaded from
@@ -352,6 +353,8 @@ class ModelManager:
                 return self._load_from(name, repository, folder, config_override)
             finally:
                 self._settle_request_files(name, new_files)
+                with self._lock:
+                    self._ensembles_loading.pop(name, None)
                 log.debug("OnLoadFinal() '%s' for all version(s)", name)  # Triton's verbose line
 
     def _settle_request_files(self, name: str, new_files: RequestFiles | None) -> None:
@@ -426,6 +429,11 @@ class ModelManager:
                 if not any(r.folder(name) for r in self.repositories):  # known through its files only
                     del self._models[name]  # as Triton, which lists what its repositories hold
             self._notify(name)
+            loading = [e for e, parts in self._ensembles_loading.items() if name in parts and e != name]
+        for ensemble in loading:  # an ensemble loading with it finishes first, then goes with it (Triton)
+            with self._model_lock(ensemble):
+                pass
+        with self._lock:
             dependents = [
                 other.name
                 for other in self._models.values()
@@ -613,13 +621,15 @@ class ModelManager:
         from server.scheduling.ensemble import EnsembleSchedule
 
         schedule = EnsembleSchedule(config, self.stats.get(config.name, version))
+        with self._lock:  # an unload of a model it runs waits for this load (`unload`)
+            self._ensembles_loading[config.name] = set(schedule.composing_models())
         for dependency in schedule.composing_models():
             with self._model_lock(dependency):  # waits for a load of it already under way
                 model = self._models.get(dependency)
                 if model is None or (not model.ready_versions() and _not_loaded(model)):
                     with contextlib.suppress(TritonError):  # reported below as the ensemble's reason
                         self.load(dependency)
-            model = self._models.get(dependency)
+                model = self._models.get(dependency)  # read before an unload of it may take the lock
             if model is None or not model.ready_versions():
                 return VersionEntry(
                     version,

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -311,5 +312,84 @@ def test_a_new_version_folder_without_files_is_a_change(tmp_path: Path) -> None:
         (repo / "versions" / "2").mkdir()
         manager.load("versions")  # the latest version is served now
         assert _states(manager, "versions") == {"1": ModelState.UNAVAILABLE, "2": ModelState.READY}
+    finally:
+        manager.shutdown()
+
+
+# initialize() says it began, then waits for the test's release (file names per model)
+GATE = """
+import os
+import time
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        here = os.path.join(args["model_repository"], "..")
+        open(os.path.join(here, "{began}"), "w").close()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(here, "{released}")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def execute(self, requests):
+        return []
+"""
+GATED = """
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "A" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "C" data_type: TYPE_FP32 dims: [ 1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "gate" model_version: -1 input_map { key: "IN" value: "A" } output_map { key: "OUT" value: "B" } },
+  { model_name: "late" model_version: -1 input_map { key: "IN" value: "B" } output_map { key: "OUT" value: "C" } }
+] }
+"""
+GATE_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+
+def test_unloading_a_model_while_an_ensemble_loads_it_unloads_both_once_loaded(tmp_path: Path) -> None:
+    import threading
+
+    repo = tmp_path / "repo"
+    for step in ("gate", "late"):
+        (repo / step / "1").mkdir(parents=True)
+        (repo / step / "1" / "model.py").write_text(
+            GATE.format(began=f"{step}.began", released=f"{step}.released")
+        )
+        (repo / step / "config.pbtxt").write_text(GATE_CONFIG)
+    (repo / "gated" / "1").mkdir(parents=True)
+    (repo / "gated" / "config.pbtxt").write_text(GATED)
+    manager = ModelManager([repo], ControlMode.EXPLICIT)
+    errors: list[BaseException] = []
+
+    def run(action: Callable[[str], object], name: str) -> None:
+        try:
+            action(name)
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    def wait_until(done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 60
+        while not done():
+            assert time.monotonic() < deadline and not errors, errors
+            time.sleep(0.02)  # polling interval
+
+    try:
+        loading = threading.Thread(target=run, args=(manager.load, "gated"))
+        loading.start()
+        wait_until((repo / "gate.began").exists)  # the ensemble loads its first step
+        unloading = threading.Thread(target=run, args=(manager.unload, "gate"))
+        unloading.start()
+        (repo / "gate.released").touch()
+        wait_until(lambda: _states(manager, "gate") == {"1": ModelState.UNAVAILABLE})  # unloaded
+        (repo / "late.released").touch()  # the ensemble's load ends only now
+        loading.join(60)
+        unloading.join(60)
+        assert not errors  # the load succeeded, as in Triton: the unload waited for it
+        assert _states(manager, "gated") == {"1": ModelState.UNAVAILABLE}  # then went with its step
     finally:
         manager.shutdown()
