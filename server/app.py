@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import math
 import signal
 import sys
 import threading
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from server import signals
+from server import graceful_stop, signals
 from server.backends.base import DEFAULT_BACKEND_DIRECTORY
 from server.backends.python import process_life
 from server.frontends.header_forward import HeaderForward
@@ -118,6 +117,20 @@ class ServerSettings:
     # --cache-config local,size=<bytes> / --response-cache-byte-size: the response cache; 0: none
     response_cache_byte_size: int = 0
     trace: TraceFlags | None = None  # --trace-config and the older --trace-* flags (server/tracing/flags.py)
+    # the OpenAI-compatible front end (server/frontends/openai/), off unless a port is given; Triton
+    # runs it as a program of its own (python/openai: --openai-port, --tokenizer, --chat-template,
+    # --default-max-tokens, --openai-restricted-api), tcli beside the other front ends
+    openai_port: int | None = None
+    openai_address: str | None = None  # None: `host`
+    openai_tokenizer: str = ""  # a tokenizer folder for models whose config names none
+    openai_chat_template: str = ""  # a Jinja file replacing every model's chat template
+    openai_default_max_tokens: int = 16
+    openai_restricted_api: dict[str, Restriction] = field(default_factory=dict)
+    openai_use_ssl: bool = False
+    openai_use_ssl_mutual: bool = False
+    openai_server_cert: str = ""
+    openai_server_key: str = ""
+    openai_root_cert: str = ""
 
     def grpc_tls(self) -> TlsSettings | None:
         """The gRPC front end's TLS settings; None: plain text."""
@@ -133,6 +146,18 @@ class ServerSettings:
             return None
         return TlsSettings(
             "http", self.http_server_cert, self.http_server_key, self.http_root_cert, self.http_use_ssl_mutual
+        )
+
+    def openai_tls(self) -> TlsSettings | None:
+        """The OpenAI front end's TLS settings; None: plain text."""
+        if not (self.openai_use_ssl or self.openai_use_ssl_mutual):
+            return None
+        return TlsSettings(
+            "openai",
+            self.openai_server_cert,
+            self.openai_server_key,
+            self.openai_root_cert,
+            self.openai_use_ssl_mutual,
         )
 
 
@@ -157,6 +182,10 @@ class Server:
         )
         self.http_tls: ServerTls | None = (
             load_tls(http_tls, ["http/1.1"]) if http_tls and settings.allow_http else None
+        )
+        openai_tls = settings.openai_tls()
+        self.openai_tls: ServerTls | None = (
+            load_tls(openai_tls, ["http/1.1"]) if openai_tls and settings.openai_port is not None else None
         )
         self.manager = ModelManager(
             settings.model_repositories,
@@ -192,6 +221,7 @@ class Server:
         self.http_port: int | None = None
         self.metrics_port: int | None = None
         self.grpc_port: int | None = None
+        self.openai_port: int | None = None
         self._handles: list[Any] = []
         self._http: Any = None  # the HTTP front end's handle (not the metrics one)
         self._bls: Any = None  # python models' BLS requests run on the front ends' loop while it serves
@@ -259,6 +289,12 @@ class Server:
                 "--metrics-port",
                 settings.metrics_address or settings.host,
                 settings.metrics_port,
+            ),
+            (
+                settings.openai_port is not None,
+                "--openai-port",
+                settings.openai_address or settings.host,
+                settings.openai_port or 0,
             ),
         ):
             problem = bind_problem(Listener(setting, address, port)) if runs else None
@@ -390,6 +426,40 @@ class Server:
             )
             self.grpc_port = grpc_handle.port
             self._handles.append(grpc_handle)
+        if settings.openai_port is not None:
+            await self._start_openai()
+
+    async def _start_openai(self) -> None:
+        from server.backends.python.pb_utils.metric_registry import METRICS
+        from server.frontends.http.server import serve_http
+        from server.frontends.metrics import metrics_text
+        from server.frontends.openai.app import create_openai_app
+
+        settings = self.settings
+        service = self.service
+
+        def metrics() -> bytes:
+            return metrics_text(service, cpu_metrics=settings.allow_cpu_metrics, custom=METRICS.collect)
+
+        app = create_openai_app(
+            service,
+            tokenizer=settings.openai_tokenizer,
+            chat_template=settings.openai_chat_template,
+            default_max_tokens=settings.openai_default_max_tokens,
+            max_input_size=settings.http_max_input_size,
+            restricted=settings.openai_restricted_api,
+            metrics=metrics if settings.allow_metrics else None,
+            explicit=settings.model_control_mode == ControlMode.EXPLICIT,
+        )
+        handle = await serve_http(
+            app,
+            settings.openai_address or settings.host,
+            settings.openai_port or 0,
+            ssl_context=None if self.openai_tls is None else self.openai_tls.context,
+            limits=self.http_limits(),
+        )
+        self.openai_port = handle.port
+        self._handles.append(handle)
 
     def http_limits(self) -> Any:
         from server.frontends.http.limits import ConnectionLimits
@@ -428,50 +498,14 @@ class Server:
                 seen, quiet_since = self.service.requests_started, loop.time()
 
     async def close_http(self, timeout: float) -> float:
-        """The first step of tritonserver's graceful stop: the HTTP front end takes no new
-        connection, and serves those open (requests on a kept-alive connection, new ones too) until
-        they close or `timeout` passes, counting down in the log each second as Triton does; returns
-        what is left of `timeout`. The gRPC front end and the models serve on meanwhile."""
-        handle = self._http
-        if handle is None:
-            return timeout
-        handle.stop_accepting()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        counted: int | None = None
-        while handle.open_connections and loop.time() < deadline:
-            left = math.ceil(deadline - loop.time())
-            if left != counted:  # Triton's line, once a second
-                log.info("Timeout %d: Found %d HTTP service connections", left, handle.open_connections)
-                counted = left
-            await asyncio.sleep(0.05)
-        return max(0.0, deadline - loop.time())
+        """tritonserver's first step of a graceful stop (server/graceful_stop.py); returns what is left
+        of `timeout`."""
+        return timeout if self._http is None else await graceful_stop.close_http(self._http, timeout)
 
     async def drain(self, timeout: float) -> None:
-        """Close every model's scheduler (each refuses new requests as Triton's do; a sequence under
-        way goes on) and wait for what is queued and executing, up to `timeout`, counting down in
-        the log each second with Triton's lines (queued requests per model version)."""
+        """Every model stops taking requests; what is queued and executing ends (graceful_stop.py)."""
         self.service.accepting = False
-        log.info("Waiting for in-flight requests to complete.")
-        runners = [runner for model in self.manager.models().values() for runner in model.runners()]
-        for runner in runners:
-            runner.close()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        counted: int | None = None
-        while True:
-            left = max(0, math.ceil(deadline - loop.time()))
-            if left != counted:
-                queued = [(r.name, r.version, n) for r in runners if (n := r.scheduler.pending())]
-                log.info(
-                    "Timeout %d: Found %d model versions that have in-flight inferences", left, len(queued)
-                )
-                for name, version, count in queued:
-                    log.info("Model '%s' (version %s) has %d in-flight inferences", name, version, count)
-                counted = left
-            if not any(runner.in_flight() for runner in runners) or loop.time() >= deadline:
-                break
-            await asyncio.sleep(0.05)
+        await graceful_stop.drain(self.manager, timeout)
 
 
 def _new_event_loop() -> asyncio.AbstractEventLoop:
@@ -537,9 +571,11 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
         signals.end_on_signal()
         signals.ignore_sigterm()
         server.end_loading()
-        server.manager.shutdown(settings.exit_timeout_secs)
+        unloaded = server.manager.shutdown(settings.exit_timeout_secs)
         server.service.tracer.close()  # traces still held are written
         loop.close()
+        # the log's last line, as tritonserver's says that no model is left live
+        log.info("server stopped: %d model version%s unloaded", unloaded, "" if unloaded == 1 else "s")
     return 0
 
 

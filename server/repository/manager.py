@@ -455,7 +455,9 @@ class ModelManager:
         if repository is not None:
             repository.drop(name)
 
-    def shutdown(self, timeout: float | None = None) -> None:
+    def shutdown(self, timeout: float | None = None) -> int:
+        """Stop every model (their requests drained, their instances unloaded); returns how many model
+        versions were unloaded."""
         if self._poller is not None:
             self._poller.stop()
         # the loads under way end first (cancelled ones end with their instance processes), as Triton
@@ -475,13 +477,17 @@ class ModelManager:
             for model in models:
                 for runner in model.runners():
                     runner.close()
+            unloaded = 0
             for model in models:
                 for runner in model.runners():
                     runner.finish(timeout)
+                    _log_unloaded(runner)
+                    unloaded += 1
                 if model.agents is not None:
                     model.agents.unload()
         for repository in [*self.repositories, *self._request_files.values()]:
             repository.close()
+        return unloaded
 
     def on_change(self, listener: Callable[[str], None]) -> None:
         self._listeners.append(listener)
@@ -766,6 +772,11 @@ def _version_files(fingerprint: tuple[object, ...], version: int, config_file: s
     return mine
 
 
+def _log_unloaded(runner: ModelRunner) -> None:
+    """Triton's words: its qa (L0_lifecycle) and its users count these lines."""
+    log.info("successfully unloaded '%s' version %s", runner.name, runner.version)
+
+
 def _retire(model: ServedModel, keep: list[ModelRunner] | None = None) -> None:
     """Drain and unload a replaced model's runners off the caller's thread, then tell its agents;
     `keep`: runners the model that replaces it took over."""
@@ -777,6 +788,7 @@ def _retire(model: ServedModel, keep: list[ModelRunner] | None = None) -> None:
     def stop() -> None:
         for runner in runners:
             runner.stop()
+            _log_unloaded(runner)
         if agents is not None:
             agents.unload()
         release_freed_memory()

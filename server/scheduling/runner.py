@@ -234,7 +234,6 @@ class ModelRunner:
             thread.join(timeout)
         out = [] if self._dispatcher is None else self._dispatcher.settle_before_unload(timeout)
         self._unload_instances(out)
-        _LOG.info("successfully unloaded '%s' version %s", self.name, self.version)  # Triton's line
 
     def _unregister(self) -> None:
         for slot in self._slots:

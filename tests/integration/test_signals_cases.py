@@ -7,6 +7,7 @@ shared memory and no process left. The example repository serves beside the mode
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import time
@@ -161,3 +162,24 @@ def test_a_signal_while_the_in_process_server_stops(repo: Path, number: int) -> 
     run.send(number, group=number == signal.SIGINT)
     code, _, err = run.finish()
     assert code == (130 if number == signal.SIGINT else -number), err[-3000:]
+
+
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_the_shutdown_log_ends_with_the_models_unloaded(repo: Path, number: int) -> None:
+    """As tritonserver's: each model version loaded is logged unloaded in Triton's words (its qa
+    counts "successfully unloaded" lines), and the last line says that the server stopped."""
+    run, _ = _run(serve_command(repo), repo, "")
+    run.wait_for(lambda: STARTED in run.output(), "started")
+    run.send(number, group=number == signal.SIGINT)
+    code, out, err = run.finish()
+    assert code == 0, err[-3000:]
+    log = out + err
+    # Triton's words: one "successfully loaded" line per model loaded, one unloaded line per version
+    loaded = set(re.findall(r"successfully loaded '([^']+)'\s*$", log, re.M))
+    unloaded = re.findall(r"successfully unloaded '([^']+)' version (\d+)", log)
+    ensembles = {
+        c.parent.name for c in repo.glob("*/config.pbtxt") if 'platform: "ensemble"' in c.read_text()
+    }
+    assert loaded and {name for name, _ in unloaded} == loaded - ensembles, log[-3000:]  # no instances
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert last.endswith(f"server stopped: {len(unloaded)} model versions unloaded"), err[-3000:]
