@@ -47,8 +47,10 @@ The qa's clients use the tritonclient of the qa's version (`--client-wheel`, by 
 next to the reference server): newer ones refuse what the qa sends. The qa's servers listen on the
 fixed ports 8000-8002, so one subtest runs at a time; `--isolate` runs the whole script in network and
 mount namespaces of its own, where no other server holds them and /dev/shm is 1 GiB, as in Triton's
-CI (test_growth_error relies on that). Checkouts:
-`git archive v2.51.0 qa/L0_backend_python qa/python_models qa/common` of the server repository and
+CI (test_growth_error relies on that); `--isolate` also gives it a pid namespace, as suites refuse
+to start while `ps` shows another tritonserver. Checkouts:
+`git archive v2.51.0 qa/L0_backend_python qa/python_models qa/common` of the server repository (a
+whole suite reads other folders of qa too: L0_lifecycle its qa/custom_models) and
 `git archive r24.10` of python_backend. bls and ensemble copy models from the qa's DATADIR (its
 `--datadir`), which Triton's qa/common scripts make (torch and onnx are in the project's venv):
 
@@ -248,7 +250,8 @@ def is_suite(name: str) -> bool:
 
 # Triton's C++ `identity` backend (many suites' dummy model), as a python-based backend both servers
 # load from $BACKEND_DIR/identity/model.py: input i is output i, in config order, after the
-# config's `execute_delay_ms`; a request cancelled before then is answered CANCELLED
+# config's `execute_delay_ms`; a request cancelled before then is answered CANCELLED; an instance
+# takes the config's `creation_delay_sec` to load
 _IDENTITY_BACKEND = """
 import json, time
 
@@ -260,8 +263,10 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.inputs = [i["name"] for i in config.get("input", [])]
         self.outputs = [o["name"] for o in config.get("output", [])]
-        delay = config.get("parameters", {}).get("execute_delay_ms", {}).get("string_value", "0")
+        parameters = config.get("parameters", {})
+        delay = parameters.get("execute_delay_ms", {}).get("string_value", "0")
         self.delay = int(delay) / 1000.0
+        time.sleep(int(parameters.get("creation_delay_sec", {}).get("string_value", "0")))
 
     def execute(self, requests):
         if self.delay:
@@ -283,6 +288,53 @@ class TritonPythonModel:
         return responses
 """
 
+# L0_lifecycle's blocks (one server start each, between `LOG_IDX=$((LOG_IDX+1))` lines) that copy a
+# TensorFlow (graphdef, savedmodel) or TensorRT (plan) model, or a repository gen_qa_models.py makes
+# only with them (qa_ensemble_model_repository, qa_sequence_model_repository), or serve a model of
+# Triton's C++ `sequence` backend (custom_sequence_int32): neither server has those here, and
+# test.sh stops at the first `cp` of a model that is not there, or a server that cannot start
+_LIFECYCLE_UNAVAILABLE = re.compile(
+    r"graphdef|savedmodel|plan|qa_ensemble_model_repository|qa_sequence_model_repository|custom_sequence_int32"
+)
+_LIFECYCLE_BLOCK = "LOG_IDX=$((LOG_IDX+1))\n"
+
+
+# on real Triton only: the block whose server starts with an onnx model loaded (test_file_override),
+# which the reference here cannot load (no onnxruntime backend), so test.sh would stop there; its
+# cases count for tcli alone
+_LIFECYCLE_ONNX_AT_START = "# LifeCycleTest.test_file_override\n"
+
+
+# test_shutdown_dynamic/_ensemble queue 6 executions of 5 s behind a 30 s exit timeout: the C++
+# identity just makes it; the python-based one's instance takes about a second more to unload, and
+# the server then exits 1 ("Exit timeout expired"), which stops test.sh. 4 s each keeps requests
+# queued past the signal, as the cases need.
+# `kill $SERVER_PID; wait $SERVER_PID` under `set -e` ends test.sh when the server already ended on
+# its own (Triton 2.51 dies in the load/unload stress case) or exits non-zero: each block counts on
+# its own instead
+_LIFECYCLE_KILL = re.compile(r"^(\s*)kill \$SERVER_PID\n\1wait \$SERVER_PID$", re.M)
+_LIFECYCLE_DELAY = ('string_value: \\"5000\\"', 'string_value: \\"4000\\"')
+
+
+def _lifecycle_without_tf_trt(qa_suite: Path, server: str) -> None:
+    """L0_lifecycle less its blocks that need TensorFlow or TensorRT models (both servers alike), the
+    shutdown cases' executions a second shorter, a server's end not ending test.sh."""
+    script = qa_suite / "test.sh"
+    text = script.read_text()
+    end = text.index("if [ $RET -eq 0 ]; then")
+    blocks = text[:end].split(_LIFECYCLE_BLOCK)
+    # the first block holds the script's header; a block that makes no models of its own serves the
+    # previous block's, and goes with it
+    kept: list[str] = []
+    dropped = False
+    for block in blocks:
+        if "mkdir" in block or not dropped:
+            dropped = _LIFECYCLE_UNAVAILABLE.search(block) is not None
+        if not dropped and not (server == "triton" and _LIFECYCLE_ONNX_AT_START in block):
+            kept.append(block)
+    text = (_LIFECYCLE_BLOCK.join(kept) + text[end:]).replace(*_LIFECYCLE_DELAY)
+    script.write_text(_LIFECYCLE_KILL.sub(r"\1kill $SERVER_PID || true\n\1wait $SERVER_PID || true", text))
+
 
 def _python_api(suite: Path, server: str) -> None:
     """L0_python_api: core's python/test files (test_api.py, test_binding.py, test_api_models) beside
@@ -300,8 +352,11 @@ def _python_api(suite: Path, server: str) -> None:
 
 
 # what is changed around a suite, where a case needs what neither server has here (a C++ backend, a
-# GPU) or what the qa's image adds: suite -> function(qa folder, server)
-ADAPT: dict[str, Callable[[Path, str], None]] = {"L0_python_api": _python_api}
+# GPU, a TensorFlow or TensorRT model) or what the qa's image adds: suite -> function(qa folder, server)
+ADAPT: dict[str, Callable[[Path, str], None]] = {
+    "L0_lifecycle": _lifecycle_without_tf_trt,
+    "L0_python_api": _python_api,
+}
 GPU_CASES = ("test_gpu_tensor_error", "test_dlpack_tensor_error")  # python_test's CUDA cases
 
 
@@ -494,6 +549,7 @@ def run_subtest(
             TRITON_QA_COMMON=str(qa / "common"),
             TRITON_QA_PYTHON_BACKEND=str(python_backend),
             NVIDIA_TRITON_SERVER_VERSION="24.10",
+            TRITON_SERVER_VERSION="2.51.0",  # as Triton's image sets it (lifecycle compares it)
             REPO_VERSION="24.10",
             PYTHON_BACKEND_REPO_TAG="r24.10",
             DATADIR=str(datadir or scratch / "data"),
@@ -580,14 +636,16 @@ def _recorded(text: str) -> list[tuple[str, str]]:
 
 
 def _reexec_isolated() -> None:
-    """This script again, in network and mount namespaces of its own (needs root): the loopback up,
-    no other server on 8000-8002, and a /dev/shm of 1 GiB as in Triton's CI (growth_error counts on
+    """This script again, in network, mount and pid namespaces of its own (needs root): the loopback
+    up, no other server on 8000-8002 nor in `ps`, and a /dev/shm of 1 GiB as in Triton's CI (growth_error counts on
     it; shm page counts see only the qa's regions)."""
     argv = [arg for arg in sys.argv[1:] if arg != "--isolate"]
     command = (
         'ip link set lo up && mount -t tmpfs -o size=1g tmpfs /dev/shm && TRITON_QA_ISOLATED=1 exec "$0" "$@"'
     )
-    unshare = ["unshare", "--net", "--mount", "--propagation", "private"]
+    # a pid namespace too: suites refuse to start while `ps` shows any tritonserver (another
+    # developer's on this machine)
+    unshare = ["unshare", "--net", "--mount", "--propagation", "private", "--pid", "--fork", "--mount-proc"]
     os.execvp(
         "unshare", [*unshare, "sh", "-c", command, sys.executable, str(Path(__file__).resolve()), *argv]
     )

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from server import signals
+from server import graceful_stop, signals
 from server.backends.base import DEFAULT_BACKEND_DIRECTORY
 from server.backends.python import process_life
 from server.frontends.header_forward import HeaderForward
@@ -223,6 +223,7 @@ class Server:
         self.grpc_port: int | None = None
         self.openai_port: int | None = None
         self._handles: list[Any] = []
+        self._http: Any = None  # the HTTP front end's handle (not the metrics one)
         self._bls: Any = None  # python models' BLS requests run on the front ends' loop while it serves
         self._model_control: Any = None  # and so do their pb_utils.load_model / unload_model calls
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -384,6 +385,7 @@ class Server:
             )
             self.http_port = handle.port
             self._handles.append(handle)
+            self._http = handle
         if settings.allow_metrics:
             from server.backends.python.pb_utils.metric_registry import METRICS
             from server.frontends.http.server import serve_http
@@ -495,14 +497,15 @@ class Server:
             if self.service.requests_started != seen:
                 seen, quiet_since = self.service.requests_started, loop.time()
 
+    async def close_http(self, timeout: float) -> float:
+        """tritonserver's first step of a graceful stop (server/graceful_stop.py); returns what is left
+        of `timeout`."""
+        return timeout if self._http is None else await graceful_stop.close_http(self._http, timeout)
+
     async def drain(self, timeout: float) -> None:
-        """Stop accepting new inference requests and wait for queued and running ones."""
+        """Every model stops taking requests; what is queued and executing ends (graceful_stop.py)."""
         self.service.accepting = False
-        deadline = asyncio.get_running_loop().time() + timeout
-        while asyncio.get_running_loop().time() < deadline:
-            if not any(r.scheduler.pending() for m in self.manager.models().values() for r in m.runners()):
-                break
-            await asyncio.sleep(0.05)
+        await graceful_stop.drain(self.manager, timeout)
 
 
 def _new_event_loop() -> asyncio.AbstractEventLoop:
@@ -535,8 +538,11 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
 
     def on_signal(number: int) -> None:
         received.append(number)
-        if len(received) > 1:  # a second signal: now
-            signals.end_now(number)
+        if len(received) > 1:  # a second Ctrl-C: now; a second SIGTERM changes nothing (Triton's way)
+            if number == signal.SIGINT:
+                signals.end_now(number)
+            log.info("%s: the server is already stopping", signal.Signals(number).name)
+            return
         stop.set()
 
     async def main() -> None:
@@ -550,8 +556,8 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
         began = loop.time()
         if received[0] == signal.SIGTERM:  # Ctrl-C (SIGINT) is a person who wants it stopped now
             log.info("SIGTERM: not ready; serving until no request has arrived for %ss", QUIET_SECS)
-            await server.unready(timeout / 2)  # half the exit timeout at most (a second signal: now)
-        remaining = timeout - (loop.time() - began)
+            await server.unready(timeout / 2)  # half the exit timeout at most (a second Ctrl-C: now)
+        remaining = await server.close_http(timeout - (loop.time() - began))
         log.info("signal received: draining in-flight requests (up to %.1fs)", remaining)
         await server.drain(remaining)
         await server.stop_frontends()
@@ -561,7 +567,9 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
     finally:
         for sig in signals.STOP_SIGNALS:
             loop.remove_signal_handler(sig)
-        signals.end_on_signal()  # a signal while the models unload (the loop no longer runs): now
+        # while the models unload (the loop no longer runs): Ctrl-C ends it now, SIGTERM is ignored
+        signals.end_on_signal()
+        signals.ignore_sigterm()
         server.end_loading()
         unloaded = server.manager.shutdown(settings.exit_timeout_secs)
         server.service.tracer.close()  # traces still held are written

@@ -51,7 +51,7 @@ from server.protocol.trace import QUEUE_START
 from server.protocol.types import InferenceRequest, InferenceResponse
 from server.repository.manager import ControlMode, ModelManager
 from server.scheduling import verbose
-from server.scheduling.work import ResponseStream
+from server.scheduling.work import ResponseStream, stopping
 from server.tracing.changes import TRACE_DEFAULTS, parse_changes
 from server.tracing.manager import TraceManager
 
@@ -162,7 +162,7 @@ class InferenceService:
 
     # health ----------------------------------------------------------------------------------------
     def live(self) -> bool:
-        return self.live_flag
+        return self.live_flag and not self.manager.initialize_failed
 
     def ready(self) -> bool:
         """Accepting requests and not stopping, every repository read at least once (a bucket that
@@ -259,11 +259,9 @@ class InferenceService:
     def _admit(
         self, request: InferenceRequest, admission: Admission | None, unary: bool
     ) -> tuple[ServedModel, VersionEntry]:
-        """Every inference request's steps before its model runs, unary or streamed: the server still
-        accepting, the model resolved (a front end's admission as it is, else now), the trace started,
+        """Every inference request's steps before its model runs, unary or streamed: the model resolved
+        and still taking requests (a front end's admission as it is, else now), the trace started,
         the request checked. An ensemble goes to its scheduler next, any other model to its runner."""
-        if not self.accepting:
-            raise unavailable("Server is shutting down: not accepting new inference requests")
         self.requests_started += 1
         if admission is None:
             model, entry = self.manager.resolve(request.model_name, request.model_version)
@@ -271,6 +269,8 @@ class InferenceService:
         else:
             model, entry = admission.require()
             decoupled = admission.decoupled
+        if not self.accepting and entry.ensemble is None and not (entry.runner and entry.runner.closed):
+            raise stopping(request)  # else its scheduler answers, as Triton's (a sequence goes on)
         verbose.arrived(request, entry.version)
         rules = model.rules
         trace = request.trace

@@ -6,8 +6,11 @@
   tracker (`process_life.end_all`). Loading is not waited for: a framework import in a loading thread
   may take seconds and cannot be interrupted.
 - while serving, the first signal stops the server gracefully (`server.app.run`), exit code 0.
-- a second signal while it stops ends it at once, the same way as during start-up (tritonserver
-  ignores it and waits out its exit timeout; a person pressing Ctrl-C twice wants it gone).
+- a second Ctrl-C (SIGINT) while it stops ends it at once, the same way as during start-up
+  (tritonserver ignores it and waits out its exit timeout; a person pressing Ctrl-C twice wants it
+  gone). A SIGTERM while it stops is ignored, as tritonserver ignores it (`ignore_sigterm`): scripts
+  and process managers send it to a server already stopping and then wait for its exit code (Triton's
+  own qa does, and stops at a code other than 0).
 
 The in-process server (`tcli.inprocess`) keeps Python's Ctrl-C (KeyboardInterrupt, the program's to
 handle); only SIGTERM, which would kill the program where it stands, first ends the instance processes
@@ -41,6 +44,15 @@ def end_on_signal(*before: Callable[[], None]) -> None:
     _before_end.extend(before)
     for number in STOP_SIGNALS:
         signal.signal(number, _end_now)
+
+
+def ignore_sigterm() -> None:
+    """From now on SIGTERM is logged and ignored (main thread only): the server is already stopping."""
+    signal.signal(signal.SIGTERM, _stopping_already)
+
+
+def _stopping_already(number: int, _frame: object) -> None:
+    log.info("%s: the server is already stopping", signal.Signals(number).name)
 
 
 def end_on_sigterm() -> None:

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # server/'s layers, top to bottom; a module belongs to the layer of its longest matching prefix
 SERVER_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("composition root", ("server.app", "server.signals")),
+    ("composition root", ("server.app", "server.signals", "server.graceful_stop")),
     ("front ends", ("server.frontends",)),
     (
         "core service",

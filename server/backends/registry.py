@@ -10,6 +10,7 @@ also words a backend found nowhere.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from server.backends import table
@@ -23,6 +24,30 @@ def instance_classes(backend: str) -> tuple[type[ModelInstance], ...]:
     if entry is None:
         raise KeyError(backend)
     return entry.module().instance_classes()
+
+
+# Triton's switch for tests and debugging: "1" loads a model's instances side by side, anything else
+# one after the other, whatever the backend supports
+PARALLEL_OVERRIDE = "TRITON_PARALLEL_INSTANCE_LOADING"
+
+
+def parallel_instances(context: ModelContext) -> bool:
+    """Whether the model's instances may load side by side (their initialize runs together), as
+    Triton's backends declare it: python (its instances are processes) and onnxruntime."""
+    override = os.environ.get(PARALLEL_OVERRIDE, "")
+    if override:
+        return override == "1"
+    config = context.config
+    located = locate_backend(config.backend, config.runtime, context.backend_directory, config.name)
+    if located.entry_point is not None:
+        return False
+    if located.python_file is not None or config.backend == "python":
+        from server.backends.python import placement
+
+        # instances in the server process import and initialize on its threads: one at a time
+        return placement.own_process(context)
+    entry = table.built_in(config.backend)
+    return entry is not None and entry.parallel_instances
 
 
 def load_instance(context: ModelContext, instance: InstanceSpec) -> TensorModel | RequestModel:

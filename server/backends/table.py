@@ -75,6 +75,9 @@ class BuiltInBackend:
     platforms: tuple[Platform, ...] = ()
     gpu: bool = False  # its framework runs on a GPU (`tcli analyze` tries KIND_GPU instances)
     cpu_instances: int = 1  # instances of a KIND_CPU group without a count (core SetDefaultInstanceCount)
+    # its instances of one model load side by side (Triton's backend attribute
+    # ParallelModelInstanceLoading, which its python and onnxruntime backends set)
+    parallel_instances: bool = False
 
 
 def _onnxruntime() -> BackendModule:
@@ -110,6 +113,7 @@ BUILT_IN: tuple[BuiltInBackend, ...] = (
         (Platform("onnxruntime_onnx", "model.onnx"),),
         gpu=True,
         cpu_instances=2,
+        parallel_instances=True,
     ),
     BuiltInBackend(
         "pytorch",
@@ -122,7 +126,7 @@ BUILT_IN: tuple[BuiltInBackend, ...] = (
         ),
         gpu=True,
     ),
-    BuiltInBackend("python", "model.py", _python),
+    BuiltInBackend("python", "model.py", _python, parallel_instances=True),
     BuiltInBackend("tensorrt", "model.plan", _tensorrt, (Platform("tensorrt_plan", "model.plan"),), gpu=True),
 )
 NAMES: tuple[str, ...] = tuple(entry.name for entry in BUILT_IN)

@@ -16,6 +16,7 @@ from server.backends import table
 from server.backends.base import DEFAULT_BACKEND_DIRECTORY
 from server.backends.locate import BackendNotFound, LocatedBackend, locate_backend
 from server.config import backends
+from server.config.model_folder import select_versions
 from server.protocol.errors import ErrorCode, TritonError
 
 if TYPE_CHECKING:
@@ -109,10 +110,18 @@ def _auto_complete(
 
 
 def _latest_model_file(config: ModelConfig, folder: ModelFolder) -> Path | None:
+    """The model file of the newest version the policy serves that has one (Triton's backends
+    complete each version from its own file; a version folder left empty is not served anyway)."""
     if not folder.versions or not config.default_model_filename:
         return None
-    path = folder.version_path(folder.versions[-1]) / config.default_model_filename
-    return path if path.exists() else None
+    served = (
+        select_versions(config.version_policy, folder.versions) if config.HasField("version_policy") else ()
+    )
+    for version in sorted(served or folder.versions[-1:], reverse=True):
+        path = folder.version_path(version) / config.default_model_filename
+        if path.exists():
+            return path
+    return None
 
 
 def _complete_core_defaults(config: ModelConfig, gpu_count: int) -> None:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -48,7 +50,7 @@ from server.repository.load_failures import (
 from server.repository.memory import release_freed_memory
 from server.repository.models import ModelState, ServedModel, StatsBook, VersionEntry
 from server.repository.request_files import RequestFiles
-from server.repository.sources import Repository, open_repository
+from server.repository.sources import LocalRepository, Repository, open_repository
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -93,6 +95,11 @@ class ModelManager:
         self.repositories: list[Repository] = [
             open_repository(r) if isinstance(r, str | Path) else r for r in repositories
         ]
+        # a local repository folder not there at start-up: the server failed to initialize, and is
+        # never live (Triton's SERVER_FAILED_TO_INITIALIZE, served on with --exit-on-error=false)
+        self.initialize_failed = any(
+            isinstance(r, LocalRepository) and not r.listed for r in self.repositories
+        )
         self.repoagent_directories = list(repoagent_directories)
         self.options = options or LoadOptions()
         self.mode = mode
@@ -103,6 +110,7 @@ class ModelManager:
         self._models: dict[str, ServedModel] = {}
         self._lock = threading.RLock()  # guards the model table's updates; readers never take it
         self._name_locks: dict[str, threading.RLock] = {}  # one load/unload of a model at a time
+        self._ensembles_loading: dict[str, set[str]] = {}  # ensembles loading -> the models they run
         self._listeners: list[Callable[[str], None]] = []
         self._poller: RepositoryPoller | None = None
         self._origins: dict[str, Repository] = {}  # the repository each model was last loaded from
@@ -331,11 +339,23 @@ class ModelManager:
                 if self.mode == ControlMode.EXPLICIT:
                     self.refresh()  # an explicit load reads the model as the repository holds it now
                 repository, folder = self._locate(name)
+                current = self._models.get(name)
+                if (
+                    config_override is None
+                    and current is not None
+                    and current.built_from is not None
+                    and current.path == folder.path
+                    and current.built_from == repository.fingerprint(name)
+                ):
+                    return current  # nothing changed since it loaded: Triton loads nothing again
             new_files = repository if isinstance(repository, RequestFiles) else None
             try:
                 return self._load_from(name, repository, folder, config_override)
             finally:
                 self._settle_request_files(name, new_files)
+                with self._lock:
+                    self._ensembles_loading.pop(name, None)
+                log.debug("OnLoadFinal() '%s' for all version(s)", name)  # Triton's verbose line
 
     def _settle_request_files(self, name: str, new_files: RequestFiles | None) -> None:
         """Keep the request files the model now serves from, remove any other (a failed load's, or
@@ -361,7 +381,7 @@ class ModelManager:
                     folder.path,
                     versions={v: VersionEntry(v, ModelState.LOADING) for v in folder.versions},
                 )
-        new = self._build(repository, folder, config_override)
+        new = self._build(repository, folder, config_override, old)
         if not self._starting:  # start-up trims once at its end: a trim walks the whole heap
             release_freed_memory()  # what loading freed: reading the model files, failed instances
         failed = not new.ready_versions()
@@ -377,7 +397,7 @@ class ModelManager:
                 _keep_unloaded_versions(old, new)
             self._models[name] = new
             if old is not None:
-                _retire(old)
+                _retire(old, keep=new.runners())
             self._notify(name)
         if failed:
             raise load_failure(name, new)
@@ -390,6 +410,7 @@ class ModelManager:
             model = self._models.get(name)
             if model is None:
                 return
+            log.debug("AsyncUnload() '%s'", name)  # Triton's verbose line
             self._models[name] = ServedModel(
                 name,
                 model.path,
@@ -408,6 +429,11 @@ class ModelManager:
                 if not any(r.folder(name) for r in self.repositories):  # known through its files only
                     del self._models[name]  # as Triton, which lists what its repositories hold
             self._notify(name)
+            loading = [e for e, parts in self._ensembles_loading.items() if name in parts and e != name]
+        for ensemble in loading:  # an ensemble loading with it finishes first, then goes with it (Triton)
+            with self._model_lock(ensemble):
+                pass
+        with self._lock:
             dependents = [
                 other.name
                 for other in self._models.values()
@@ -434,8 +460,19 @@ class ModelManager:
         versions were unloaded."""
         if self._poller is not None:
             self._poller.stop()
+        # the loads under way end first (cancelled ones end with their instance processes), as Triton
+        # unloads once they have: up to `timeout`
+        deadline = time.monotonic() + (30.0 if timeout is None else timeout)
+        with self._lock:
+            locks = list(self._name_locks.values())
+        for lock in locks:
+            if lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                lock.release()
         with self._lock:
             models = list(self._models.values())
+            for model in models:
+                if model.runners():
+                    log.debug("AsyncUnload() '%s'", model.name)  # Triton's verbose line
             # close every runner first: their workers drain side by side, not one model after another
             for model in models:
                 for runner in model.runners():
@@ -496,7 +533,11 @@ class ModelManager:
 
     # building --------------------------------------------------------------------------------------
     def _build(
-        self, repository: Repository, folder: ModelFolder, config_override: ModelConfig | None
+        self,
+        repository: Repository,
+        folder: ModelFolder,
+        config_override: ModelConfig | None,
+        old: ServedModel | None = None,
     ) -> ServedModel:
         from server.repository.validation import validate_model
         from server.scheduling.request_checks import RequestRules
@@ -541,8 +582,13 @@ class ModelManager:
             )
         served.rules = RequestRules(config)
         served.labels = _read_labels(config, folder.path)
-        for version in select_versions(config.version_policy, folder.versions):
-            served.versions[version] = self._load_version(config, folder, version)
+        versions = select_versions(config.version_policy, folder.versions)
+        for version in versions:
+            kept = _unchanged_version(old, served, folder, version)
+            served.versions[version] = kept or self._load_version(config, folder, version)
+        if all(served.versions[v].state == ModelState.READY for v in versions):
+            served.built_from = fingerprint
+            log.info("successfully loaded '%s'", config.name)
         if agents is not None:
             agents.finish(loaded=bool(served.ready_versions()))
             if not served.ready_versions():
@@ -581,13 +627,15 @@ class ModelManager:
         from server.scheduling.ensemble import EnsembleSchedule
 
         schedule = EnsembleSchedule(config, self.stats.get(config.name, version))
+        with self._lock:  # an unload of a model it runs waits for this load (`unload`)
+            self._ensembles_loading[config.name] = set(schedule.composing_models())
         for dependency in schedule.composing_models():
             with self._model_lock(dependency):  # waits for a load of it already under way
                 model = self._models.get(dependency)
                 if model is None or (not model.ready_versions() and _not_loaded(model)):
                     with contextlib.suppress(TritonError):  # reported below as the ensemble's reason
                         self.load(dependency)
-            model = self._models.get(dependency)
+                model = self._models.get(dependency)  # read before an unload of it may take the lock
             if model is None or not model.ready_versions():
                 return VersionEntry(
                     version,
@@ -636,7 +684,7 @@ class ModelManager:
             return VersionEntry(
                 version, ModelState.UNAVAILABLE, internal(f"{type(exc).__name__}: {exc}").status_string()
             )
-        log.info("successfully loaded '%s' version %d", config.name, version)
+        log.debug("loaded '%s' version %d", config.name, version)
         entry.state, entry.runner = ModelState.READY, runner
         return entry
 
@@ -685,14 +733,54 @@ def _read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:
     return labels
 
 
+def _unchanged_version(
+    old: ServedModel | None, new: ServedModel, folder: ModelFolder, version: int
+) -> VersionEntry | None:
+    """The old model's ready entry for `version` when a reload need not load it again, as Triton
+    decides: neither the version's files nor the model's other files (the config aside) changed, and
+    the config differs at most in its version policy. An ensemble is always built again."""
+    if old is None or old.config is None or new.config is None or old.path != folder.path:
+        return None
+    entry = old.versions.get(version)
+    if entry is None or entry.state != ModelState.READY or entry.runner is None:
+        return None
+    before, after = type(old.config)(), type(new.config)()
+    before.CopyFrom(old.config)
+    after.CopyFrom(new.config)
+    before.ClearField("version_policy")
+    after.ClearField("version_policy")
+    if before != after:
+        return None
+    config_file = os.path.relpath(folder.config_path, folder.path)
+    if _version_files(old.fingerprint, version, config_file) != _version_files(
+        new.fingerprint, version, config_file
+    ):
+        return None
+    return entry
+
+
+def _version_files(fingerprint: tuple[object, ...], version: int, config_file: str) -> list[object]:
+    """What of a folder fingerprint (relative path, size, mtime per file) concerns `version`: its own
+    folder's files and the files outside every version folder, less the config."""
+    mine: list[object] = []
+    for item in fingerprint:
+        if not isinstance(item, tuple) or not item or not isinstance(item[0], str):
+            return list(fingerprint)  # not a local folder's: taken whole
+        top = item[0].split(os.sep, 1)[0]
+        if top == str(version) or (not top.isdigit() and item[0] != config_file):
+            mine.append(item)
+    return mine
+
+
 def _log_unloaded(runner: ModelRunner) -> None:
     """Triton's words: its qa (L0_lifecycle) and its users count these lines."""
     log.info("successfully unloaded '%s' version %s", runner.name, runner.version)
 
 
-def _retire(model: ServedModel) -> None:
-    """Drain and unload a replaced model's runners off the caller's thread, then tell its agents."""
-    runners = model.runners()
+def _retire(model: ServedModel, keep: list[ModelRunner] | None = None) -> None:
+    """Drain and unload a replaced model's runners off the caller's thread, then tell its agents;
+    `keep`: runners the model that replaces it took over."""
+    runners = [runner for runner in model.runners() if not any(runner is k for k in keep or ())]
     agents, model.agents = model.agents, None
     if not runners and agents is None:
         return

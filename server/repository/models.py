@@ -49,6 +49,10 @@ class ServedModel:
     labels: dict[str, list[str]] = field(default_factory=dict)
     versions: dict[int, VersionEntry] = field(default_factory=dict)
     fingerprint: tuple[object, ...] = ()
+    # the fingerprint of the files it was built from when every version loaded (None otherwise): an
+    # explicit load finding the files unchanged keeps the model as it is, as Triton does (also one
+    # loaded with a config override, until its files change)
+    built_from: tuple[object, ...] | None = None
     agents: AgentChain | None = None  # its repository agents, told when it unloads
     # why the last reload was refused while this model kept serving (its index rows say so), until
     # a reload succeeds and replaces it

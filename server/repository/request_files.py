@@ -21,14 +21,14 @@ from server.repository.sources import LocalRepository
 FILE_PREFIX = "file:"
 
 
-def relative_path(key: str) -> PurePosixPath:
+def relative_path(key: str, model: str) -> PurePosixPath:
     """The path a `file:<path>` parameter names inside the model folder; INVALID_ARG when it could
-    land outside it."""
+    land outside it (worded after Triton's words for it, which its qa looks for)."""
     path = PurePosixPath(key.removeprefix(FILE_PREFIX))
     if not path.parts or path.is_absolute() or ".." in path.parts or "\\" in str(path):
         raise invalid_arg(
-            f"load parameter '{key}': the path must stay inside the model's folder; name it relative "
-            "to the folder, e.g. 'file:1/model.onnx'"
+            f"failed to load '{model}', failed to poll from model repository: load parameter '{key}': the "
+            "path must stay inside the model's folder; name it relative to the folder, e.g. 'file:1/model.onnx'"
         )
     return path
 
@@ -39,7 +39,7 @@ class RequestFiles(LocalRepository):
     def __init__(self, model: str, files: Mapping[str, bytes]) -> None:
         if not is_model_name(model):
             raise invalid_arg(f"'{model}' cannot be a model name: it must be a single folder name")
-        paths = {relative_path(key): data for key, data in files.items()}  # all checked before writing
+        paths = {relative_path(key, model): data for key, data in files.items()}  # all checked before writing
         super().__init__(Path(tempfile.mkdtemp(prefix="tcli-load-")))
         self.label = f"files of the load request for '{model}'"
         try:

@@ -55,11 +55,16 @@ class Repository(Protocol):
 
 
 def folder_fingerprint(path: Path) -> tuple[object, ...]:
-    """Names, sizes and modification times of everything in a model folder: changes mean reload."""
+    """Names, sizes and modification times of everything in a model folder, and the names of its
+    folders (a new version folder may hold no file: a python-based backend's): changes mean reload."""
     entries: list[tuple[str, int, int]] = []
     # os.walk over scandir: one stat per file, where rglob + is_file + stat took three
     for folder, subfolders, files in os.walk(path, followlinks=True):  # as rglob, into linked folders
         subfolders[:] = [name for name in subfolders if name != "__pycache__"]
+        # a folder's name only: its modification time changes when Python writes __pycache__ in it
+        entries.extend(
+            (os.path.relpath(os.path.join(folder, name), path) + os.sep, 0, 0) for name in subfolders
+        )
         for name in files:
             item = os.path.join(folder, name)
             try:

@@ -18,7 +18,11 @@ What the runner calls on an instance is the contract in server/backends/base.py,
 one in work.py. A batch that fails answers its requests with the error and the instance goes on: a
 failure of the model's own code (`ModelError`) with the model's message, anything else unexpected
 as a bug of tcli's. Either is logged here once, with its traceback, the model, version, instance and
-request ids."""
+request ids.
+
+Long: the parts left here (workers, the inline path, executing a batch, closing) share the runner's
+instance table, its busy locks and its closed state; loading the instances (instance_loading.py),
+batch assembly (batch.py, batch_io.py) and the event loop's hand-off (dispatch.py) are apart."""
 
 from __future__ import annotations
 
@@ -43,7 +47,6 @@ from server.backends.base import (
     instance_specs,
     tcli_bug,
 )
-from server.backends.registry import load_instance
 from server.config.validate import enum_name
 from server.protocol import datatypes
 from server.protocol.errors import TritonError
@@ -52,6 +55,7 @@ from server.scheduling import verbose
 from server.scheduling.batch import batch_key, merge_inputs, requested_outputs, split_outputs
 from server.scheduling.batch_io import BatchIO
 from server.scheduling.dispatch import LoopDispatcher
+from server.scheduling.instance_loading import load_instances
 from server.scheduling.sequence import NullItem
 from server.scheduling.warmup import warm_up, warmup_samples
 from server.scheduling.work import (
@@ -155,8 +159,8 @@ class ModelRunner:
         on it (raising the first failure, after unloading what did load), then start one worker thread
         per instance (when the first request is queued)."""
         try:
-            for spec in instance_specs(self.config):
-                self._instances.append(load_instance(self.context, spec))
+            self._instances.extend(load_instances(self.context, specs := instance_specs(self.config)))
+            for spec in specs:
                 self._instance_names.append(spec.name)
                 if self._rate_limiter is not None:
                     group = self.config.instance_group[spec.group]
@@ -254,6 +258,15 @@ class ModelRunner:
     @property
     def instance_count(self) -> int:
         return len(self._instances)
+
+    @property
+    def closed(self) -> bool:
+        """Closed (the server stops): its scheduler refuses what it no longer takes."""
+        return self._closed
+
+    def in_flight(self) -> int:
+        """Requests queued or executing now (the server's stop waits for them)."""
+        return self.scheduler.pending() + sum(lock.locked() for lock in self._busy)
 
     def ready(self) -> bool:
         """Whether every instance says it is ready (a python model's is_model_ready())."""

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from server.protocol.errors import TritonError, client_cancelled
+from server.protocol.errors import ErrorCode, TritonError, client_cancelled
 
 if TYPE_CHECKING:
     from server.protocol.types import InferenceRequest, InferenceResponse
@@ -119,6 +119,15 @@ class Scheduler(ABC):
         """Requests waiting in the queue (nv_inference_pending_request_count)."""
 
 
+def stopping(request: InferenceRequest) -> TritonError:
+    """Triton's answer to a request a stopping scheduler no longer takes (its request-id prefix too)."""
+    return TritonError(
+        ErrorCode.UNAVAILABLE,
+        f"[request id: {request.id or '<id_unknown>'}] Server is stopping, scheduler for model has stopped "
+        "accepting new inference requests",
+    )
+
+
 class DefaultScheduler(Scheduler):
     """Triton's default scheduler: first come first served, one request per execution."""
 
@@ -131,6 +140,8 @@ class DefaultScheduler(Scheduler):
 
     def enqueue(self, item: WorkItem) -> None:
         with self._ready:
+            if self._closed:
+                raise stopping(item.request)
             self._queue.append(item)
             self._ready.notify()
 

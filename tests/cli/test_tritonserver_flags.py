@@ -125,13 +125,14 @@ def test_a_load_model_no_repository_holds_fails_start_up_as_in_triton(repo: Path
         server.stop()
 
 
-def test_a_missing_repository_with_exit_on_error_false_keeps_the_server_live(tmp_path: Path) -> None:
+def test_a_missing_repository_with_exit_on_error_false_serves_a_server_not_live(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere"
     assert run_tcli("serve", str(missing), "--http-port", "0").returncode == 1  # exit-on-error: as Triton
     server = ServeProcess(str(missing), "--exit-on-error=false")
-    try:  # as Triton: live, not ready, the endpoints up
-        assert get(f"http://{server.http_url}/v2/health/live")[0] == 200
+    try:  # as Triton 2.51 (it failed to initialize): not live, not ready, the endpoints up
+        assert get(f"http://{server.http_url}/v2/health/live")[0] == 400
         assert get(f"http://{server.http_url}/v2/health/ready")[0] == 400
+        assert get(f"http://{server.http_url}/v2")[0] == 200  # server metadata still answers
         assert "failed to read model repository" in server.output()
     finally:
         server.stop()

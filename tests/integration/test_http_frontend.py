@@ -352,7 +352,10 @@ def test_repository_index_load_and_unload(
     try:
         client.load_model("digits_onnx", config=json.dumps({**config, "max_batch_size": 16}))
         assert client.get_model_config("digits_onnx")["max_batch_size"] == 16
+        client.load_model("digits_onnx")  # its files unchanged: the override stays, as in Triton
+        assert client.get_model_config("digits_onnx")["max_batch_size"] == 16
     finally:
+        client.unload_model("digits_onnx")  # then a load reads its files again
         client.load_model("digits_onnx")
     assert client.get_model_config("digits_onnx")["max_batch_size"] == 64
     with pytest.raises(InferenceServerException, match="failed to load 'no_such_model'"):

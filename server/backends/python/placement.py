@@ -63,11 +63,10 @@ def _boolean(value: str, what: str) -> bool:
     raise TritonError(ErrorCode.INVALID_ARG, f'{what} must be "true" or "false", got "{value}"')
 
 
-def load(context: ModelContext, instance: InstanceSpec) -> RequestModel:
-    """One instance of a python model, in-thread or in its own process as the rule above says."""
+def own_process(context: ModelContext) -> bool:
+    """Whether the model's instances run in processes of their own, as the rule above says."""
     override = process_override(context.config)
     setting = process_setting(context.backend_config)
-    python_settings(context.backend_config)  # refuses what Triton refuses; logs what tcli ignores
     if execution_env.configured_path(context.config, context.model_dir) is not None:
         if override is False:
             raise TritonError(
@@ -76,8 +75,13 @@ def load(context: ModelContext, instance: InstanceSpec) -> RequestModel:
                 f'"false": an execution environment runs in processes of its own; remove one of them',
             )
         setting = True
-    own_process = next((choice for choice in (override, setting) if choice is not None), True)
-    if own_process:
+    return next((choice for choice in (override, setting) if choice is not None), True)
+
+
+def load(context: ModelContext, instance: InstanceSpec) -> RequestModel:
+    """One instance of a python model, in-thread or in its own process as the rule above says."""
+    python_settings(context.backend_config)  # refuses what Triton refuses; logs what tcli ignores
+    if own_process(context):
         from server.backends.python.process_host import ProcessModel
 
         return ProcessModel(context, instance)

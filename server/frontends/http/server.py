@@ -30,6 +30,14 @@ class HttpServerHandle:
     _on_close: Callable[[], None] | None
     _sweeper: asyncio.Task[None]
 
+    def stop_accepting(self) -> None:
+        """No new connection (one arriving is refused); those open are served on."""
+        self._server.close()
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._state.connections)
+
     async def shutdown(self) -> None:
         state = self._state
         state.shutting_down = True
