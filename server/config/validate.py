@@ -490,12 +490,16 @@ def _check_instance_groups(config: ModelConfig, found: Findings, gpu_count: int)
                 stage=STAGE_INSTANCES,  # Triton checks instance groups as it creates the model
             )
         if kind == "KIND_GPU":
-            bad = [g for g in group.gpus if g < 0 or (gpu_count and g >= gpu_count)]
+            bad = [g for g in group.gpus if g < 0 or g >= gpu_count]
             if bad:
+                # Triton's words, its minimum compute capability (6.0) printed as C++ prints a double
                 found.error(
                     f"instance group {group.name} of model {config.name} specifies invalid or unsupported "
-                    f"gpu id {bad[0]}",
-                    f"use GPU ids 0..{max(gpu_count - 1, 0)}",
+                    f"gpu id {bad[0]}. GPUs with at least the minimum required CUDA compute compatibility of "
+                    f"6.000000 are: {', '.join(str(g) for g in range(gpu_count))}",
+                    f"use GPU ids 0..{gpu_count - 1}"
+                    if gpu_count
+                    else "no GPU is visible here: use kind: KIND_CPU",
                     (*at, "gpus"),
                     stage=STAGE_INSTANCES,
                 )

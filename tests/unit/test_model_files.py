@@ -75,7 +75,11 @@ def test_wrong_fixed_dimension(tmp_path: Path) -> None:
         ),
     )
     assert any(
-        "tensor 'INPUT0': the model expects shape [-1,16]" in e and "use dims [16]" in e
+        "tensor 'INPUT0': the model expects 2 dimensions (shape [-1,16]) but the model configuration "
+        "specifies 2 dimensions (an initial batch dimension because max_batch_size > 0 followed by the "
+        "explicit tensor shape, making complete shape [-1,8])"
+        in e
+        and "use dims [16]" in e
         for e in errors(tmp_path)
     )
 

@@ -108,6 +108,18 @@ def test_a_config_without_version_folders_gets_its_own_error(
     assert first_refusal(tmp_path, "m", config, {}, auto=False) == expected
 
 
+def test_an_instance_group_is_checked_before_the_model_file(tmp_path: Path) -> None:
+    config = (
+        'platform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+        + IO
+        + "instance_group [ { kind: KIND_GPU gpus: [ 42 ] } ]\n"
+    )
+    assert first_refusal(tmp_path, "m", config, {"1/.keep": ""}, auto=False) == (
+        "instance group m_0 of model m specifies invalid or unsupported gpu id 42. GPUs with at least the "
+        "minimum required CUDA compute compatibility of 6.000000 are: "
+    )
+
+
 def test_an_unknown_backend_named_by_the_model_name_is_looked_for(tmp_path: Path) -> None:
     message = first_refusal(tmp_path, "m.unknown", "", {"1/.keep": ""}, auto=True)
     assert message.startswith(
