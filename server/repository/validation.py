@@ -223,6 +223,11 @@ def _check_ensembles(report: RepositoryReport) -> None:
 
     known = {m.name for m in report.models}
     configs = {m.name: m.config for m in report.models}
+    served = {  # the versions each model's policy serves, which an ensemble's steps may ask for
+        m.name: select_versions(m.config.version_policy, m.versions)
+        for m in report.models
+        if m.config is not None
+    }
     for model in report.models:
         config = model.config
         if config is None or config.platform != backends.ENSEMBLE:
@@ -232,7 +237,7 @@ def _check_ensembles(report: RepositoryReport) -> None:
         path = Path(model.path) / CONFIG_FILENAME
         source = SourceText(path, path.read_text(encoding="utf-8")) if path.exists() else None
         found = Findings(model.name, source, model.problems)
-        refusal = _triton_ensemble_refusal(config, known, configs)
+        refusal = _triton_ensemble_refusal(config, known, configs, served)
         if refusal is not None:  # what the server refuses the ensemble with, in the same words
             found.error(
                 refusal, "see the ensemble's steps and the models they name", ("ensemble_scheduling",)
@@ -242,8 +247,12 @@ def _check_ensembles(report: RepositoryReport) -> None:
 
 
 def _triton_ensemble_refusal(
-    config: ModelConfig, known: set[str], configs: Mapping[str, ModelConfig | None]
+    config: ModelConfig,
+    known: set[str],
+    configs: Mapping[str, ModelConfig | None],
+    served: Mapping[str, tuple[int, ...]],
 ) -> str | None:
+    """What the server refuses the ensemble with, once its steps' models are loaded, or None."""
     from server.config.ensemble_steps import ensemble_error
     from server.repository import ensemble_deps
 
@@ -259,4 +268,4 @@ def _triton_ensemble_refusal(
     composing = {name: other for name, other in configs.items() if other is not None}
     if any(step.model_name not in composing for step in config.ensemble_scheduling.step):
         return None  # a step's own config is broken: check_ensemble says so
-    return ensemble_error(config, composing)
+    return ensemble_deps.version_error(config, served) or ensemble_error(config, composing)

@@ -145,3 +145,13 @@ def test_ensemble_scheduling_on_a_non_ensemble_platform(tmp_path: Path) -> None:
         "ensemble scheduling cannot be set for model 'simple' whose platform is not ensemble" in p.message
         for p in report.all_problems()
     )
+
+
+def test_a_step_asking_for_a_version_its_model_does_not_serve(tmp_path: Path) -> None:
+    step = STEP.format(model="simple", a="A", b="B", sum="SUM", diff="DIFF").replace(
+        "model_version: -1", "model_version: 2"
+    )
+    found = ensemble_errors(tmp_path, ensemble([step]))
+    assert any(
+        "ensemble 'ens' depends on 'simple' whose required version 2 is not loaded." in e for e in found
+    )
