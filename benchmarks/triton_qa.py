@@ -43,7 +43,8 @@ failed when test.sh prints "Failed to verify" for it; in a suite that loops over
 ADAPT, per suite: L0_model_config copies TensorRT plans, TensorFlow savedmodels and graphdefs,
 OpenVINO models and a C++ backend (libtriton_repeat.so) that neither server has here into its config
 folders; a copy whose source is absent is skipped (said on stderr) instead of ending test.sh, and the
-cases that need those files fail on both servers.
+cases that need those files fail on both servers. Its decoupled ensembles' `repeat` backend is a
+python-based backend of the same name in $TRITON_DIR/backends, as identity is.
 
     python benchmarks/triton_qa.py --checkout /tmp/triton-2.51 --python-backend /tmp/pb-r24.10 \\
         --server tcli --server triton argument_validation logging
@@ -300,15 +301,46 @@ cp() {  # triton_qa: a source absent here is skipped, not fatal
 """
 
 
-def _skip_absent_copies(qa_suite: Path, server: str) -> None:
+# Triton's C++ `repeat` backend (a decoupled model: one response per element of IN, with its
+# index, after DELAY[i] ms, then the final flag) as a python-based backend, for L0_model_config's
+# ensembles that check decoupled branching; both servers load it from $BACKEND_DIR/repeat/model.py
+_REPEAT_BACKEND = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            delay = pb_utils.get_input_tensor_by_name(request, "DELAY")
+            delays = delay.as_numpy() if delay is not None else np.zeros(len(values), np.uint32)
+            for index, value in enumerate(values):
+                time.sleep(int(delays[index]) / 1000.0 if index < len(delays) else 0)
+                sender.send(pb_utils.InferenceResponse([
+                    pb_utils.Tensor("OUT", np.array([value], np.int32)),
+                    pb_utils.Tensor("IDX", np.array([index], np.uint32)),
+                ]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
+def _model_config_adaptations(qa_suite: Path, server: str) -> None:
     test_sh = qa_suite / "test.sh"
     anchor = "source ../common/util.sh\n"
     test_sh.write_text(test_sh.read_text().replace(anchor, anchor + _SKIP_ABSENT_COPIES, 1))
+    repeat = qa_suite.parents[1] / "backends" / "repeat"  # $TRITON_DIR/backends, as identity's
+    repeat.mkdir(parents=True, exist_ok=True)
+    (repeat / "model.py").write_text(_REPEAT_BACKEND)
 
 
 # what is changed around a suite on both servers alike, where a case needs what neither server has
 # here (a C++ backend, a GPU): suite -> function(qa folder, server)
-ADAPT: dict[str, Callable[[Path, str], None]] = {"L0_model_config": _skip_absent_copies}
+ADAPT: dict[str, Callable[[Path, str], None]] = {"L0_model_config": _model_config_adaptations}
 GPU_CASES = ("test_gpu_tensor_error", "test_dlpack_tensor_error")  # python_test's CUDA cases
 
 
