@@ -88,7 +88,7 @@ def validate_model(
     (a CI runner seldom has the serving image's packages) and the config is checked as written."""
     report = ModelReport(folder.name, folder.path, folder.versions)
     found = Findings(folder.name, None, report.problems)
-    raw = config_override if config_override is not None else _read(folder, found)
+    raw = config_override if config_override is not None else _read(folder, found, auto_complete)
     if raw is None:
         return report
     report.backend = raw.platform or raw.backend
@@ -148,10 +148,20 @@ def load_refusals(report: ModelReport) -> list[Problem]:
     return sorted(blocking, key=lambda p: p.stage)
 
 
-def _read(folder: ModelFolder, found: Findings) -> ModelConfig | None:
+def _read(folder: ModelFolder, found: Findings, auto_complete: bool) -> ModelConfig | None:
     path = folder.config_path
     if not path.exists():
         found.source = None
+        if not auto_complete:  # Triton's words: with auto-complete off, the file must be there
+            found.problems.append(
+                Problem(
+                    "error",
+                    f"failed to open text file for read {path}: No such file or directory",
+                    "write the model's config.pbtxt, or start without --disable-auto-complete-config",
+                    path,
+                )
+            )
+            return None
         return new_config()  # Triton auto-completes a model without config.pbtxt from its files
     try:
         config, text = read_config(path)

@@ -31,7 +31,9 @@ ONE_STEP = """ensemble_scheduling { step [ { model_name: "inner" model_version: 
 """
 
 
-def first_refusal(tmp_path: Path, name: str, config: str, files: dict[str, str | bytes], auto: bool) -> str:
+def first_refusal(
+    tmp_path: Path, name: str, config: str | None, files: dict[str, str | bytes], auto: bool
+) -> str:
     folder = add_model(tmp_path, name, config, files)
     report = validate_model(
         scan_model(folder, tmp_path), auto_complete=auto, backend_directory=tmp_path / "be"
@@ -106,6 +108,13 @@ def test_a_config_without_version_folders_gets_its_own_error(
     tmp_path: Path, config: str, expected: str
 ) -> None:
     assert first_refusal(tmp_path, "m", config, {}, auto=False) == expected
+
+
+def test_with_auto_complete_off_a_model_needs_its_config_file(tmp_path: Path) -> None:
+    message = first_refusal(tmp_path, "m", None, {"1/model.py": ""}, auto=False)
+    assert (
+        message == f"failed to open text file for read {tmp_path}/m/config.pbtxt: No such file or directory"
+    )
 
 
 def test_an_instance_group_is_checked_before_the_model_file(tmp_path: Path) -> None:
