@@ -242,3 +242,15 @@ def test_config_refusals_and_deprecation_warnings_in_tritons_words(tmp_path: Pat
     assert any(
         "circular dependency between ensembles: circle_2 -> ... -> circle -> circle_2" in e for e in errors
     )
+
+
+def test_tritons_openai_front_end_flags_are_accepted() -> None:
+    """A command line written for Triton's OpenAI front end (openai_frontend/main.py) starts tcli:
+    the flags tcli implements are its options, the others named in the warning line."""
+    positional, found = serve_flags.read_extra_flags(
+        ["repo", "--backend", "vllm", "--enable-kserve-frontends", "--tool-call-parser=llama3"]
+    )
+    assert positional == ["repo"]
+    assert found == {"backend": ["vllm"], "enable-kserve-frontends": [""], "tool-call-parser": ["llama3"]}
+    warning = serve_flags.warning_line(found)
+    assert warning is not None and "--backend" in warning and "--tool-call-parser" in warning
