@@ -38,7 +38,15 @@ counts twice; a file that stops at its import is one failed case; one still wait
 qa clients wait on their stream without a timeout) or a shell check: each call of a
 `verify_*`/`check_*` function the subtest's test.sh defines (e.g. logging's `verify_log_counts 4 3`),
 failed when it prints "Test Failed"; in examples, which runs client scripts, each example's run,
-failed when test.sh prints "Failed to verify" for it.
+failed when test.sh prints "Failed to verify" for it; in a suite that loops over folders of configs
+(L0_model_config), each iteration that echoes `Test <folder>`, failed when test.sh then echoes
+"*** FAILED" (or "... Test Failed") before the next.
+
+ADAPT, per suite: L0_model_config copies TensorRT plans, TensorFlow savedmodels and graphdefs,
+OpenVINO models and a C++ backend (libtriton_repeat.so) that neither server has here into its config
+folders; a copy whose source is absent is skipped (said on stderr) instead of ending test.sh, and the
+cases that need those files fail on both servers. Its decoupled ensembles' `repeat` backend is a
+python-based backend of the same name in $TRITON_DIR/backends, as identity is.
 
     python benchmarks/triton_qa.py --checkout /tmp/triton-2.51 --python-backend /tmp/pb-r24.10 \\
         --server tcli --server triton argument_validation logging
@@ -336,6 +344,60 @@ def _lifecycle_without_tf_trt(qa_suite: Path, server: str) -> None:
     script.write_text(_LIFECYCLE_KILL.sub(r"\1kill $SERVER_PID || true\n\1wait $SERVER_PID || true", text))
 
 
+# L0_model_config copies TensorRT plans, TF savedmodels, OpenVINO models and a C++ backend
+# (libtriton_repeat.so) that neither server has here into its config folders: a copy whose source is
+# absent is skipped (said on stderr), so the script goes on and those cases fail on both servers
+_SKIP_ABSENT_COPIES = """
+cp() {  # triton_qa: a source absent here is skipped, not fatal
+    local arg
+    for arg in "${@:1:$#-1}"; do
+        if [[ "$arg" != -* && ! -e "$arg" ]]; then
+            echo "triton_qa: absent here, not copied: $arg" >&2
+            return 0
+        fi
+    done
+    command cp "$@"
+}
+"""
+
+
+# Triton's C++ `repeat` backend (a decoupled model: one response per element of IN, with its
+# index, after DELAY[i] ms, then the final flag) as a python-based backend, for L0_model_config's
+# ensembles that check decoupled branching; both servers load it from $BACKEND_DIR/repeat/model.py
+_REPEAT_BACKEND = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            delay = pb_utils.get_input_tensor_by_name(request, "DELAY")
+            delays = delay.as_numpy() if delay is not None else np.zeros(len(values), np.uint32)
+            for index, value in enumerate(values):
+                time.sleep(int(delays[index]) / 1000.0 if index < len(delays) else 0)
+                sender.send(pb_utils.InferenceResponse([
+                    pb_utils.Tensor("OUT", np.array([value], np.int32)),
+                    pb_utils.Tensor("IDX", np.array([index], np.uint32)),
+                ]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
+def _model_config_adaptations(qa_suite: Path, server: str) -> None:
+    test_sh = qa_suite / "test.sh"
+    anchor = "source ../common/util.sh\n"
+    test_sh.write_text(test_sh.read_text().replace(anchor, anchor + _SKIP_ABSENT_COPIES, 1))
+    repeat = qa_suite.parents[1] / "backends" / "repeat"  # $TRITON_DIR/backends, as identity's
+    repeat.mkdir(parents=True, exist_ok=True)
+    (repeat / "model.py").write_text(_REPEAT_BACKEND)
+
+
 def _python_api(suite: Path, server: str) -> None:
     """L0_python_api: core's python/test files (test_api.py, test_binding.py, test_api_models) beside
     the qa's, as Triton's CI copies them there, from the core checkout `--core` names; on tcli, the
@@ -356,6 +418,7 @@ def _python_api(suite: Path, server: str) -> None:
 ADAPT: dict[str, Callable[[Path, str], None]] = {
     "L0_lifecycle": _lifecycle_without_tf_trt,
     "L0_python_api": _python_api,
+    "L0_model_config": _model_config_adaptations,
 }
 GPU_CASES = ("test_gpu_tensor_error", "test_dlpack_tensor_error")  # python_test's CUDA cases
 
@@ -505,6 +568,27 @@ def _example_runs(trace: str) -> list[tuple[str, str]]:
     return [(name, outcome) for name, outcome in runs]
 
 
+def _loop_cases(trace: str) -> list[tuple[str, str]]:
+    """The cases of a suite that loops over folders (L0_model_config): each top-level `echo "Test X"`
+    starts case X, failed when test.sh then echoes a "*** ...FAILED/Failed" line before the next case
+    (its closing verdict, "*** Test FAILED", ends the last case)."""
+    cases: list[list[str]] = []
+    current: list[str] | None = None
+    for line in trace.splitlines():
+        match = re.match(r"^\++main: echo (?:-e )?'?(.*?)'?$", line)
+        if match is None:
+            continue
+        text = match.group(1)
+        if re.match(r"Test (?!Duration|Passed|Failed|FAILED)\S", text):
+            current = [text.removeprefix("Test "), "passed"]
+            cases.append(current)
+        elif re.search(r"\*\*\* Test (?:Passed|Failed|FAILED)\b", text):
+            current = None
+        elif current is not None and re.search(r"\*\*\* .*(?:FAILED|Failed)", text):
+            current[1] = "failed"
+    return [(name, outcome) for name, outcome in cases]
+
+
 def _python_test_script(test_sh: str) -> str:
     """test.sh's own python_test run: its header (variables, util.sh, common.sh), the models it
     copies, then run_server, pytest python_test.py and kill_server, as test.sh has them. Left out:
@@ -604,6 +688,7 @@ def run_subtest(
         trace_text = trace_path.read_text(errors="replace")
         outcome.cases += _checks(trace_text, script_path.read_text())
         outcome.cases += _example_runs(trace_text)
+        outcome.cases += _loop_cases(trace_text)
         return outcome
     finally:
         if keep is not None:

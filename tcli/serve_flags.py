@@ -122,3 +122,19 @@ def warning_line(found: dict[str, list[str]]) -> str | None:
     return "tritonserver flags accepted without effect: " + "; ".join(
         f"{', '.join(names)} ({reason})" for reason, names in by_reason.items()
     )
+
+
+def strict_model_config_warnings(disable_auto_complete: bool, strict: bool | None) -> list[str]:
+    """What tritonserver writes to stderr of the deprecated --strict-model-config (`strict`, None
+    when not given), in its words: scripts grep them."""
+    if strict is None:
+        return []
+    lines = [
+        "Warning: '--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead."
+    ]
+    if disable_auto_complete and not strict:
+        lines.append(
+            "Warning: Overriding deprecated '--strict-model-config' from False to True in favor of "
+            "'--disable-auto-complete-config'!"
+        )
+    return lines

@@ -70,8 +70,8 @@ def locate_backend(backend: str, runtime: str, directory: Path, model: str) -> L
         f"entry points in group '{ENTRY_POINT_GROUP}'",
     ]
     raise BackendNotFound(
-        f"unable to find backend library for backend '{backend}' of model '{model}', "
-        f"searched: {', '.join(searched)}",
+        f"unable to find backend library for backend '{backend}', try specifying runtime on the model "
+        f"configuration. tcli searched: {', '.join(searched)}",
         f"put its model.py in {directory / backend}/ (--backend-directory), install a package that "
         f"declares '{backend}' in entry point group '{ENTRY_POINT_GROUP}', or set backend to one of "
         f"{', '.join(NAMES)}",

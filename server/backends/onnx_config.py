@@ -117,6 +117,14 @@ def check_model_file(config: ModelConfig, model_file: Path, found: FileFindings)
         ("output", signature.outputs, config.output),
     ):
         by_name = {s.name: s for s in specs}
+        if kind == "input" and len(tensors) > len(specs):  # Triton counts before it reads names
+            found.error(
+                f"unable to load model '{m}', configuration expects {len(tensors)} inputs, model provides "
+                f"{len(specs)}",
+                f"the model's inputs are {', '.join(by_name) or '(none)'}: remove the others from config.pbtxt",
+                ("input",),
+            )
+            continue
         for tensor in tensors:
             at = (kind, f'"{tensor.name}"')
             spec = by_name.get(tensor.name)
@@ -197,9 +205,10 @@ def _compare_tensor(
         return
     for index, (want, have) in enumerate(zip(model_shape, full, strict=True)):
         if want != -1 and have != want:
-            found.error(
-                f"model '{m}', tensor '{name}': the model expects shape {_fmt(model_shape)} but the model "
-                f"configuration specifies shape {_fmt(full)} (dimension {index} differs)",
+            found.error(  # Triton's words whether the ranks or a dimension differ
+                f"model '{m}', tensor '{name}': the model expects {len(model_shape)} dimensions (shape "
+                f"{_fmt(model_shape)}) but the model configuration specifies {len(full)} dimensions "
+                f"({_explain(batched, full)})",
                 _batch_fix(batched, dims, model_shape)
                 if index == 0 and batched
                 else f"use dims {_fmt(model_shape[1:] if batched else model_shape)}",

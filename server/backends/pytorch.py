@@ -189,3 +189,9 @@ def check_model_file(config: ModelConfig, model_file: Path, found: FileFindings)
             "name them INPUT__0, INPUT__1, ... or after the forward() arguments",
             ("input",),
         )
+    if not config.output:  # Triton's pytorch backend refuses a model with nothing to answer
+        found.error(
+            "model configuration must contain at least one output, none were specified",
+            "list the model's outputs, named OUTPUT__0, OUTPUT__1, ... in forward()'s return order",
+            ("output",),
+        )

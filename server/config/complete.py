@@ -74,6 +74,11 @@ def _complete_backend(config: ModelConfig, folder: ModelFolder) -> None:
         if folder.versions:
             files = {p.name for p in folder.version_path(folder.versions[-1]).iterdir()}
         backend = backends.backend_from_files(files)
+        if backend is None and "." in config.name and not config.default_model_filename:
+            # Triton's custom-backend autofill: model "<anything>.<backend>" is served by <backend>
+            config.backend = config.name.split(".", 1)[1]
+            config.default_model_filename = f"model.{config.backend}"
+            return
         if backend is None:
             raise TritonError(
                 ErrorCode.INVALID_ARG,
@@ -125,12 +130,25 @@ def _latest_model_file(config: ModelConfig, folder: ModelFolder) -> Path | None:
 
 
 def _complete_core_defaults(config: ModelConfig, gpu_count: int) -> None:
+    """core NormalizeModelConfig (and what ensemble validation sets), so the config served is
+    Triton's: a batching model's preferred batch size is its max_batch_size unless it names some."""
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
-    if config.HasField("sequence_batching") and config.sequence_batching.max_sequence_idle_microseconds == 0:
-        config.sequence_batching.max_sequence_idle_microseconds = DEFAULT_SEQUENCE_IDLE_MICROSECONDS
+    batching = config.max_batch_size > 0
+    if config.HasField("dynamic_batching") and not config.dynamic_batching.preferred_batch_size and batching:
+        config.dynamic_batching.preferred_batch_size.append(config.max_batch_size)
+    if config.HasField("sequence_batching"):
+        sequence = config.sequence_batching
+        if sequence.max_sequence_idle_microseconds == 0:
+            sequence.max_sequence_idle_microseconds = DEFAULT_SEQUENCE_IDLE_MICROSECONDS
+        if sequence.HasField("oldest") and not sequence.oldest.preferred_batch_size and batching:
+            sequence.oldest.preferred_batch_size.append(config.max_batch_size)
     if config.platform != backends.ENSEMBLE:
         _complete_instance_groups(config, gpu_count)
+    if config.HasField("ensemble_scheduling"):
+        # Triton leaves an ensemble's optimization alone and sets its transaction policy
+        config.model_transaction_policy.SetInParent()
+        return
     config.optimization.input_pinned_memory.enable = True
     config.optimization.output_pinned_memory.enable = True
 

@@ -11,6 +11,15 @@ if TYPE_CHECKING:
 
 Severity = Literal["error", "warning"]
 
+# Triton checks a model in stages and reports the first problem it meets: the config's own rules
+# (as the repository is polled), then that the folder is named as the model, then, loading a
+# version, the version folders and the backend library, the instance groups, and the model file
+STAGE_CONFIG = 0
+STAGE_NAME = 1
+STAGE_LOAD = 2
+STAGE_INSTANCES = 3
+STAGE_MODEL_FILE = 4
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -23,6 +32,8 @@ class Problem:
     # False for mistakes real Triton still loads (a label file of the wrong length, duplicate tensor
     # names): `tcli repo validate` fails on them, `tcli serve` loads the model as Triton would.
     blocks_load: bool = True
+    # when Triton finds it (STAGE_*): a load reports the earliest stage's problem first
+    stage: int = 0
 
     def one_line(self) -> str:
         return f"{self.message} (fix: {self.fix})" if self.fix else self.message

@@ -16,8 +16,19 @@ from typing import TYPE_CHECKING
 from server.backends.base import DEFAULT_BACKEND_DIRECTORY
 from server.backends.locate import BackendNotFound, locate_backend
 from server.config import backends
+from server.config.ensemble_graph import platform_error, scheduling_error
 from server.config.parse import SourceText
-from server.config.problems import Problem, Severity
+from server.config.problems import (
+    STAGE_CONFIG,
+    STAGE_INSTANCES,
+    STAGE_LOAD,
+    STAGE_MODEL_FILE,
+    STAGE_NAME,
+    Problem,
+    Severity,
+)
+from server.config.reshape_rules import reshape_error
+from server.config.runtime_rules import runtime_library_error
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -43,15 +54,21 @@ class Findings:
         fix: str | None = None,
         at: tuple[str, ...] = (),
         blocks_load: bool = True,
+        stage: int = STAGE_CONFIG,
     ) -> None:
         line = self.source.line_of(*at) if self.source and at else None
         path = self.source.path if self.source else None
-        self.problems.append(Problem(severity, message, fix, path, line, None, blocks_load))
+        self.problems.append(Problem(severity, message, fix, path, line, None, blocks_load, stage))
 
     def error(
-        self, message: str, fix: str | None = None, at: tuple[str, ...] = (), blocks_load: bool = True
+        self,
+        message: str,
+        fix: str | None = None,
+        at: tuple[str, ...] = (),
+        blocks_load: bool = True,
+        stage: int = STAGE_CONFIG,
     ) -> None:
-        self.add("error", message, fix, at, blocks_load)
+        self.add("error", message, fix, at, blocks_load, stage)
 
     def warning(self, message: str, fix: str | None = None, at: tuple[str, ...] = ()) -> None:
         self.add("warning", message, fix, at)
@@ -78,34 +95,31 @@ def validate_raw(
             "directory name must equal model name",
             f'set name: "{folder.name}" or rename the folder to {config.name}',
             ("name",),
+            stage=STAGE_NAME,
         )
-    _check_platform_backend(config, found, backend_directory)
+    refusal = platform_error(config, m) if config.platform else None
+    if refusal is not None:
+        found.error(
+            refusal,
+            f"use one of {', '.join(sorted(p for p in backends.PLATFORMS if p != 'libtorch'))}, "
+            'or a backend such as backend: "python" (an ensemble names no backend)',
+            ("backend",) if config.backend else ("platform",),
+        )
+    else:
+        check_backend(config, folder, found, backend_directory)
     if config.max_batch_size < 0:
         found.error(
             f"'max_batch_size' must be non-negative value for {m}",
             "use 0 for a model without a batch dimension, or the largest batch it accepts",
             ("max_batch_size",),
         )
-    if config.platform == backends.ENSEMBLE:
-        if config.instance_group:
-            found.error(
-                f"instance group should not be specified for ensemble '{m}'",
-                "remove instance_group: an ensemble runs on its composing models' instances",
-                ("instance_group",),
-            )
-        if config.model_warmup:
-            found.error(f"model_warmup can not be specified for ensemble '{m}'", None, ("model_warmup",))
-        if not config.HasField("ensemble_scheduling") or not config.ensemble_scheduling.step:
-            found.error(
-                f"must specify 'step' for ensemble '{m}'",
-                "add ensemble_scheduling { step [ { model_name: ... input_map {...} output_map {...} } ] }",
-                ("platform",),
-            )
-    elif config.HasField("ensemble_scheduling"):
+    refusal = scheduling_error(config, m)
+    if refusal is not None:
         found.error(
-            f"ensemble scheduling cannot be set for model '{m}' whose platform is not ensemble",
-            'set platform: "ensemble" or remove ensemble_scheduling',
-            ("ensemble_scheduling",),
+            refusal,
+            'an ensemble has platform: "ensemble", no instance_group, optimization or model_warmup, and '
+            "steps whose tensors flow from its inputs to its outputs",
+            ("ensemble_scheduling",) if config.HasField("ensemble_scheduling") else ("platform",),
         )
     for group in config.instance_group:
         if group.count < 0:
@@ -117,17 +131,13 @@ def validate_raw(
             )
 
 
-def _check_platform_backend(config: ModelConfig, found: Findings, backend_directory: Path) -> None:
+def check_backend(config: ModelConfig, folder: ModelFolder, found: Findings, backend_directory: Path) -> None:
+    """The backend the config names (or its platform implies) is one loading would find; a
+    `runtime` library is looked for where Triton looks for it."""
     m = config.name or found.model
     platform, backend = config.platform, config.backend
     if platform and platform not in backends.PLATFORMS:
-        found.error(
-            f"unknown platform '{platform}' for model '{m}'",
-            f"use one of {', '.join(sorted(p for p in backends.PLATFORMS if p != 'libtorch'))}, "
-            'or a backend such as backend: "python"',
-            ("platform",),
-        )
-        return
+        return  # a backend a user added may name any platform
     if platform and backend:
         expected = backends.PLATFORMS[platform].backend
         if expected and backend != expected:
@@ -142,6 +152,11 @@ def _check_platform_backend(config: ModelConfig, found: Findings, backend_direct
     backend = backend or (backends.PLATFORMS[platform].backend if platform else "")
     if not backend:
         return
+    version_path = folder.version_path(folder.versions[-1]) if folder.versions else None
+    refusal = runtime_library_error(config.runtime, backend, m, version_path, folder.path, backend_directory)
+    if refusal is not None:
+        found.error(refusal[0], refusal[1], ("runtime",), stage=STAGE_LOAD)
+        return
     try:  # where loading looks, in the same order and words (server/backends/locate.py)
         locate_backend(backend, config.runtime, backend_directory, m)
     except BackendNotFound as exc:
@@ -154,7 +169,7 @@ def _check_platform_backend(config: ModelConfig, found: Findings, backend_direct
                 at,
             )
         else:
-            found.error(exc.message, exc.fix, at)
+            found.error(exc.message, exc.fix, at, stage=STAGE_LOAD)
 
 
 def validate_completed(
@@ -189,6 +204,7 @@ def _check_versions(config: ModelConfig, folder: ModelFolder, found: Findings) -
             unavailable,
             f"put the model in a numbered version folder: {folder.path}/1/"
             f"{config.default_model_filename or 'model.<ext>'}",
+            stage=STAGE_LOAD,
         )
         return
     if policy.WhichOneof("policy_choice") == "specific":
@@ -205,15 +221,19 @@ def _check_versions(config: ModelConfig, folder: ModelFolder, found: Findings) -
             unavailable,
             "serve at least one version: latest { num_versions: 1 } or a version folder that exists",
             ("version_policy",),
+            stage=STAGE_LOAD,
         )
     if config.platform == backends.ENSEMBLE or not config.default_model_filename:
         return
+    if not backends.default_model_filename(config.platform, config.backend):
+        return  # a backend a user added finds its own files: none is required
     for version in select_versions(policy, folder.versions):
         model_file = folder.version_path(version) / config.default_model_filename
         if not model_file.exists():
             found.error(
                 f"unable to find '{config.default_model_filename}' for model '{m}' version {version}",
                 f"put the model file at {model_file}, or set default_model_filename",
+                stage=STAGE_MODEL_FILE,
             )
 
 
@@ -260,46 +280,9 @@ def _check_tensors(config: ModelConfig, found: Findings, kind: str) -> None:
                 (*at, "dims"),
             )
         if tensor.HasField("reshape"):
-            _check_reshape(config, tensor, label, found, at)
-
-
-def _check_reshape(
-    config: ModelConfig, tensor: object, label: str, found: Findings, at: tuple[str, ...]
-) -> None:
-    m = config.name
-    dims = list(tensor.dims)  # type: ignore[attr-defined]
-    shape = list(tensor.reshape.shape)  # type: ignore[attr-defined]
-    name = tensor.name  # type: ignore[attr-defined]
-    if not shape:
-        if config.max_batch_size == 0:
-            found.error(
-                f"{label} '{name}' cannot have empty reshape for non-batching model as scalar tensors "
-                f"are not supported for {m}",
-                "give reshape a shape, or set max_batch_size > 0",
-                (*at, "reshape"),
-            )
-        return
-    if any(d < -1 or d == 0 for d in shape):
-        found.error(
-            f"{label} '{name}' reshape dimensions must be integer >= 1, or -1 to indicate a "
-            f"variable-size dimension for {m}",
-            None,
-            (*at, "reshape"),
-        )
-        return
-    if dims.count(-1) != shape.count(-1):
-        found.error(
-            f"{label} '{name}' has different number of variable-size dimensions for dims and reshape for {m}",
-            "use -1 the same number of times in dims and reshape",
-            (*at, "reshape"),
-        )
-    elif math.prod(d for d in dims if d != -1) != math.prod(d for d in shape if d != -1):
-        found.error(
-            f"{label} '{name}' has different size for dims and reshape for {m}",
-            f"dims {dims} hold {math.prod(d for d in dims if d != -1)} elements but reshape {shape} "
-            f"holds {math.prod(d for d in shape if d != -1)}: make them hold the same number",
-            (*at, "reshape"),
-        )
+            refusal = reshape_error(config, tensor, label)
+            if refusal is not None:
+                found.error(refusal[0], refusal[1], (*at, "reshape"))
 
 
 def _check_labels(config: ModelConfig, folder: ModelFolder, found: Findings) -> None:
@@ -396,7 +379,16 @@ def _check_sequence_batching(config: ModelConfig, found: Findings) -> None:
         return
     m, seq = config.name, config.sequence_batching
     kinds_seen: Counter[str] = Counter()
+    names_seen: set[str] = set()
     for control_input in seq.control_input:
+        if control_input.name and control_input.name in names_seen:
+            found.error(
+                f"sequence batching control tensor '{control_input.name}' is specified for multiple "
+                f"control kinds for {m}",
+                "give each control_input its own name",
+                ("control_input", f'"{control_input.name}"'),
+            )
+        names_seen.add(control_input.name)
         at = ("control_input", f'"{control_input.name}"')
         if not control_input.name:
             found.error(
@@ -495,15 +487,21 @@ def _check_instance_groups(config: ModelConfig, found: Findings, gpu_count: int)
                 "more GPUs",
                 "remove gpus, or use kind: KIND_GPU",
                 (*at, "gpus"),
+                stage=STAGE_INSTANCES,  # Triton checks instance groups as it creates the model
             )
         if kind == "KIND_GPU":
-            bad = [g for g in group.gpus if g < 0 or (gpu_count and g >= gpu_count)]
+            bad = [g for g in group.gpus if g < 0 or g >= gpu_count]
             if bad:
+                # Triton's words, its minimum compute capability (6.0) printed as C++ prints a double
                 found.error(
                     f"instance group {group.name} of model {config.name} specifies invalid or unsupported "
-                    f"gpu id {bad[0]}",
-                    f"use GPU ids 0..{max(gpu_count - 1, 0)}",
+                    f"gpu id {bad[0]}. GPUs with at least the minimum required CUDA compute compatibility of "
+                    f"6.000000 are: {', '.join(str(g) for g in range(gpu_count))}",
+                    f"use GPU ids 0..{gpu_count - 1}"
+                    if gpu_count
+                    else "no GPU is visible here: use kind: KIND_CPU",
                     (*at, "gpus"),
+                    stage=STAGE_INSTANCES,
                 )
             elif gpu_count == 0:
                 found.warning(

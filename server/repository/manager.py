@@ -539,7 +539,7 @@ class ModelManager:
         config_override: ModelConfig | None,
         old: ServedModel | None = None,
     ) -> ServedModel:
-        from server.repository.validation import validate_model
+        from server.repository.validation import load_refusals, validate_model
         from server.scheduling.request_checks import RequestRules
 
         fingerprint = repository.fingerprint(folder.name)
@@ -558,7 +558,7 @@ class ModelManager:
             backend_config=self.options.backend_config,
             backend_directory=self.options.backend_directory,
         )
-        blocking = [p for p in report.problems if p.severity == "error" and p.blocks_load]
+        blocking = load_refusals(report)
         for problem in report.problems:  # what Triton loads anyway, it logs
             if problem.severity == "error" and not problem.blocks_load:
                 log.warning("%s", problem.message)
@@ -624,11 +624,22 @@ class ModelManager:
     def _load_ensemble(self, config: ModelConfig, version: int) -> VersionEntry:
         """Composing models load with the ensemble (when not loaded yet); the ensemble is READY when
         each of them has a ready version."""
+        from server.config.ensemble_steps import ensemble_error
+        from server.repository import ensemble_deps
         from server.scheduling.ensemble import EnsembleSchedule
 
+        # what Triton's dependency graph refuses before loading any step (a circle of ensembles
+        # would otherwise wait on its own loads)
+        refusal = ensemble_deps.missing_models(config, self.folders()) or ensemble_deps.circular_dependency(
+            config, self._steps_of
+        )
+        if refusal is not None:
+            return VersionEntry(version, ModelState.UNAVAILABLE, f"Invalid argument: {refusal}")
         schedule = EnsembleSchedule(config, self.stats.get(config.name, version))
         with self._lock:  # an unload of a model it runs waits for this load (`unload`)
             self._ensembles_loading[config.name] = set(schedule.composing_models())
+        composing: dict[str, ModelConfig] = {}
+        loaded: dict[str, list[int]] = {}
         for dependency in schedule.composing_models():
             with self._model_lock(dependency):  # waits for a load of it already under way
                 model = self._models.get(dependency)
@@ -642,11 +653,34 @@ class ModelManager:
                     ModelState.UNAVAILABLE,
                     f"Invalid argument: ensemble '{config.name}' depends on '{dependency}' which has no loaded version",
                 )
-            composing = model.config
-            if config.response_cache.enable and composing and composing.model_transaction_policy.decoupled:
+            step_config = model.config
+            if (
+                config.response_cache.enable
+                and step_config
+                and step_config.model_transaction_policy.decoupled
+            ):
                 refusal = response_cache_refusal(config.name, True, False)
                 return VersionEntry(version, ModelState.UNAVAILABLE, f"Invalid argument: {refusal}")
+            if step_config is not None:
+                composing[dependency] = step_config
+            loaded[dependency] = model.ready_versions()
+        refusal = ensemble_deps.version_error(config, loaded) or ensemble_error(config, composing)
+        if refusal is not None:
+            return VersionEntry(version, ModelState.UNAVAILABLE, f"Invalid argument: {refusal}")
         return VersionEntry(version, ModelState.READY, ensemble=schedule)
+
+    def _steps_of(self, name: str) -> list[str]:
+        """The models an ensemble's steps name, from its served or written config ([] for others)."""
+        from server.config.parse import read_config
+
+        model = self._models.get(name)
+        config = model.config if model is not None else None
+        if config is None:
+            try:
+                config, _ = read_config(self._locate(name)[1].config_path)
+            except TritonError:
+                return []
+        return [step.model_name for step in config.ensemble_scheduling.step]
 
     def _load_version(self, config: ModelConfig, folder: ModelFolder, version: int) -> VersionEntry:
         from server.scheduling.runner import ModelRunner

@@ -16,7 +16,7 @@ from server.config.environment_rules import check_execution_env
 from server.config.model_folder import ModelFolder, select_versions
 from server.config.parse import CONFIG_FILENAME, ConfigParseError, SourceText, new_config, read_config
 from server.config.problems import ModelReport, Problem, RepositoryReport
-from server.config.validate import Findings, validate_completed, validate_raw
+from server.config.validate import Findings, check_backend, validate_completed, validate_raw
 from server.protocol.errors import TritonError
 from server.repository.layout import scan_repository
 
@@ -88,7 +88,7 @@ def validate_model(
     (a CI runner seldom has the serving image's packages) and the config is checked as written."""
     report = ModelReport(folder.name, folder.path, folder.versions)
     found = Findings(folder.name, None, report.problems)
-    raw = config_override if config_override is not None else _read(folder, found)
+    raw = config_override if config_override is not None else _read(folder, found, auto_complete)
     if raw is None:
         return report
     report.backend = raw.platform or raw.backend
@@ -119,6 +119,9 @@ def validate_model(
         return report
     report.config = config
     report.backend = config.platform or config.backend
+    if not raw.backend and not raw.platform and config.backend:
+        # the backend came from the model's files or name: look for it as for one written
+        check_backend(config, folder, found, backend_directory)
     if (
         raw.max_batch_size != config.max_batch_size
         and found.source
@@ -138,10 +141,27 @@ def validate_model(
     return report
 
 
-def _read(folder: ModelFolder, found: Findings) -> ModelConfig | None:
+def load_refusals(report: ModelReport) -> list[Problem]:
+    """The errors that keep the model from loading, the one Triton reports first first: the config's
+    own rules before the folder's name, before what loading a version finds (problems.py's stages)."""
+    blocking = (p for p in report.problems if p.severity == "error" and p.blocks_load)
+    return sorted(blocking, key=lambda p: p.stage)
+
+
+def _read(folder: ModelFolder, found: Findings, auto_complete: bool) -> ModelConfig | None:
     path = folder.config_path
     if not path.exists():
         found.source = None
+        if not auto_complete:  # Triton's words: with auto-complete off, the file must be there
+            found.problems.append(
+                Problem(
+                    "error",
+                    f"failed to open text file for read {path}: No such file or directory",
+                    "write the model's config.pbtxt, or start without --disable-auto-complete-config",
+                    path,
+                )
+            )
+            return None
         return new_config()  # Triton auto-completes a model without config.pbtxt from its files
     try:
         config, text = read_config(path)
@@ -213,10 +233,49 @@ def _check_ensembles(report: RepositoryReport) -> None:
 
     known = {m.name for m in report.models}
     configs = {m.name: m.config for m in report.models}
+    served = {  # the versions each model's policy serves, which an ensemble's steps may ask for
+        m.name: select_versions(m.config.version_policy, m.versions)
+        for m in report.models
+        if m.config is not None
+    }
     for model in report.models:
         config = model.config
         if config is None or config.platform != backends.ENSEMBLE:
             continue
+        if any(p.severity == "error" and p.blocks_load for p in model.problems):
+            continue  # its own config is refused before its steps are looked at, as in Triton
         path = Path(model.path) / CONFIG_FILENAME
         source = SourceText(path, path.read_text(encoding="utf-8")) if path.exists() else None
-        check_ensemble(config, known, configs, Findings(model.name, source, model.problems))
+        found = Findings(model.name, source, model.problems)
+        refusal = _triton_ensemble_refusal(config, known, configs, served)
+        if refusal is not None:  # what the server refuses the ensemble with, in the same words
+            found.error(
+                refusal, "see the ensemble's steps and the models they name", ("ensemble_scheduling",)
+            )
+            continue
+        check_ensemble(config, known, configs, found)
+
+
+def _triton_ensemble_refusal(
+    config: ModelConfig,
+    known: set[str],
+    configs: Mapping[str, ModelConfig | None],
+    served: Mapping[str, tuple[int, ...]],
+) -> str | None:
+    """What the server refuses the ensemble with, once its steps' models are loaded, or None."""
+    from server.config.ensemble_steps import ensemble_error
+    from server.repository import ensemble_deps
+
+    def steps_of(name: str) -> list[str]:
+        other = configs.get(name)
+        return [step.model_name for step in other.ensemble_scheduling.step] if other is not None else []
+
+    refusal = ensemble_deps.missing_models(config, known) or ensemble_deps.circular_dependency(
+        config, steps_of
+    )
+    if refusal is not None:
+        return refusal
+    composing = {name: other for name, other in configs.items() if other is not None}
+    if any(step.model_name not in composing for step in config.ensemble_scheduling.step):
+        return None  # a step's own config is broken: check_ensemble says so
+    return ensemble_deps.version_error(config, served) or ensemble_error(config, composing)

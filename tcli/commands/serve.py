@@ -126,9 +126,9 @@ def serve(
         typer.Option("--disable-auto-complete-config", help="Configs must be complete as written."),
     ] = False,
     strict_model_config: Annotated[
-        str,
+        str | None,
         typer.Option(metavar="BOOLEAN", help="Deprecated in Triton: true is --disable-auto-complete-config."),
-    ] = "false",
+    ] = None,
     model_config_name: Annotated[
         str, typer.Option(help="Load configs/<name>.pbtxt instead of config.pbtxt where a model has it.")
     ] = "",
@@ -466,6 +466,9 @@ def serve(
         logs.configure(log_settings)
     except OSError as exc:
         raise CliError(f"--log-file {log_file}: {exc.strerror or exc}") from None
+    strict = None if strict_model_config is None else _flag("strict-model-config", strict_model_config)
+    for line in serve_flags.strict_model_config_warnings(disable_auto_complete_config, strict):
+        typer.echo(line, err=True)
     warning = serve_flags.warning_line(extra)
     if warning:
         logging.getLogger("tcli.server").warning(warning)
@@ -485,9 +488,7 @@ def serve(
         exit_timeout_secs=exit_timeout_secs,
         exit_on_error=_flag("exit-on-error", exit_on_error),
         server_id=id,
-        auto_complete_config=not (
-            disable_auto_complete_config or _flag("strict-model-config", strict_model_config)
-        ),
+        auto_complete_config=not (disable_auto_complete_config or bool(strict)),
         model_config_name=model_config_name,
         model_load_thread_count=max(1, model_load_thread_count),
         model_load_retry_count=max(0, model_load_retry_count),

@@ -202,6 +202,49 @@ def test_disable_auto_complete_config_needs_a_complete_config(repo: Path) -> Non
         assert "failed to load 'auto'" in result.stderr, result.stderr[-2000:]
 
 
+def test_config_refusals_and_deprecation_warnings_in_tritons_words(tmp_path: Path) -> None:
+    """What Triton's qa (L0_model_config) greps: the deprecated flag's two warnings, a config's own
+    error before its missing version folder, and two ensembles naming each other refused at once."""
+    repo = tmp_path / "repo"
+    (repo / "no_versions").mkdir(parents=True)
+    (repo / "no_versions" / "config.pbtxt").write_text(
+        'platform: "tensorflow_savedmodel"\nmax_batch_size: 8\n'
+        'input [ { name: "input" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ 3 ] } } ]\n'
+        'output [ { name: "output" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+    )
+    for name, other in (("circle", "circle_2"), ("circle_2", "circle")):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(
+            'platform: "ensemble"\nmax_batch_size: 2\n'
+            'input [ { name: "data" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+            'output [ { name: "prob" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+            f'ensemble_scheduling {{ step [ {{ model_name: "{other}" model_version: -1\n'
+            '  input_map { key: "data" value: "data" } output_map { key: "prob" value: "prob" } } ] }\n'
+        )
+    flags = ["--disable-auto-complete-config", "--strict-model-config=false"]
+    result = run_tcli(
+        "serve", str(repo), *flags, "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"
+    )
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert lines[:2] == [
+        "Warning: '--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead.",
+        "Warning: Overriding deprecated '--strict-model-config' from False to True in favor of "
+        "'--disable-auto-complete-config'!",
+    ]
+    errors = [line for line in lines if re.match(r"^E\d{4}", line)]
+    assert any(
+        "model input 'input' has different size for dims and reshape for no_versions" in e for e in errors
+    ), errors
+    assert not any("at least one version must be available" in e for e in errors), errors
+    assert any(
+        "circular dependency between ensembles: circle -> ... -> circle_2 -> circle" in e for e in errors
+    )
+    assert any(
+        "circular dependency between ensembles: circle_2 -> ... -> circle -> circle_2" in e for e in errors
+    )
+
+
 def test_tritons_openai_front_end_flags_are_accepted() -> None:
     """A command line written for Triton's OpenAI front end (openai_frontend/main.py) starts tcli:
     the flags tcli implements are its options, the others named in the warning line."""

@@ -136,7 +136,8 @@ class Setup:
 
     def missing(self, backend: str, model: str) -> str:
         return (
-            f"unable to find backend library for backend '{backend}' of model '{model}', searched: "
+            f"unable to find backend library for backend '{backend}', try specifying runtime on the model "
+            "configuration. tcli searched: "
             f"built-in backends (onnxruntime, pytorch, python, tensorrt), {self.backends / backend / 'model.py'}, "
             "entry points in group 'tcli.backends'"
         )

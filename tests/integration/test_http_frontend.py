@@ -349,8 +349,13 @@ def test_repository_index_load_and_unload(
     assert client.is_model_ready("digits_torchscript")
 
     config = client.get_model_config("digits_onnx")
+    # the served config's preferred batch size is its max_batch_size (Triton's completion): a smaller
+    # max_batch_size needs a smaller preferred size too, as Triton requires
+    batching = {**config["dynamic_batching"], "preferred_batch_size": [16]}
     try:
-        client.load_model("digits_onnx", config=json.dumps({**config, "max_batch_size": 16}))
+        client.load_model(
+            "digits_onnx", config=json.dumps({**config, "max_batch_size": 16, "dynamic_batching": batching})
+        )
         assert client.get_model_config("digits_onnx")["max_batch_size"] == 16
         client.load_model("digits_onnx")  # its files unchanged: the override stays, as in Triton
         assert client.get_model_config("digits_onnx")["max_batch_size"] == 16

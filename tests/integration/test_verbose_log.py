@@ -53,7 +53,10 @@ def test_level_1_tells_each_load_step(served: ServeProcess) -> None:
     assert "loading 'add_sub' version 1 with backend 'python'" in out
     assert "created instance 'add_sub_0_0' of model 'add_sub' version 1 on CPU device 0" in out
     assert "model 'add_sub' version 1: default scheduler" in out
-    assert "model 'batched' version 1: dynamic batching: max batch size 8, max queue delay 500 µs" in out
+    assert (
+        "model 'batched' version 1: dynamic batching: max batch size 8, preferred [8], max queue delay 500 µs"
+        in out
+    )
 
 
 def test_level_2_tells_each_request_and_level_1_does_not(served: ServeProcess) -> None:

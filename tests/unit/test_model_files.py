@@ -75,7 +75,11 @@ def test_wrong_fixed_dimension(tmp_path: Path) -> None:
         ),
     )
     assert any(
-        "tensor 'INPUT0': the model expects shape [-1,16]" in e and "use dims [16]" in e
+        "tensor 'INPUT0': the model expects 2 dimensions (shape [-1,16]) but the model configuration "
+        "specifies 2 dimensions (an initial batch dimension because max_batch_size > 0 followed by the "
+        "explicit tensor shape, making complete shape [-1,8])"
+        in e
+        and "use dims [16]" in e
         for e in errors(tmp_path)
     )
 
@@ -159,6 +163,23 @@ def test_torchscript_input_count_must_match_forward(tmp_path: Path) -> None:
         )
     )
     assert errors(tmp_path, "ts") == []
+    # Triton's words for a config with no output at all
+    two_inputs = (folder / "config.pbtxt").read_text()
+    (folder / "config.pbtxt").write_text(two_inputs.split("output [")[0])
+    assert any(
+        "model configuration must contain at least one output, none were specified" in e
+        for e in errors(tmp_path, "ts")
+    )
+
+
+def test_too_many_inputs_are_counted_before_their_names(tmp_path: Path) -> None:
+    extra = '{ name: "INPUT_EXTRA" data_type: TYPE_INT32 dims: [ 16 ] },\n  { name: "INPUT1"'
+    add_onnx_simple(tmp_path, config=ONNX_CONFIG.replace('{ name: "INPUT1"', extra, 1))
+    found = errors(tmp_path)
+    assert any(
+        "unable to load model 'simple', configuration expects 3 inputs, model provides 2" in e for e in found
+    )
+    assert not any("unexpected inference input 'INPUT_EXTRA'" in e for e in found), found
 
 
 def test_torchscript_inputs_named_after_no_convention_are_a_warning(tmp_path: Path) -> None:

@@ -86,7 +86,7 @@ def test_name_must_match_folder(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("config", "expected"),
     [
-        ('platform: "onnx"\n', "unknown platform 'onnx'"),
+        ('platform: "onnx"\n', "unexpected platform type 'onnx' for m"),
         (
             'platform: "onnxruntime_onnx"\nbackend: "pytorch"\n',
             "platform 'onnxruntime_onnx' is served by backend 'onnxruntime'",
@@ -146,8 +146,13 @@ def test_negative_max_batch_size(tmp_path: Path) -> None:
         ),
         (
             '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }',
-            '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ -1, 4 ] } }',
+            '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ -1, 4 ] reshape: { shape: [ -1, 2, -1 ] } }',
             "different number of variable-size dimensions",
+        ),
+        (
+            '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }',
+            '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ -1, 4 ] } }',
+            "model input 'INPUT1' has different size for dims and reshape",
         ),
     ],
 )
