@@ -272,7 +272,8 @@ def test_deploy_example_pulls_its_model_when_it_loads(
     registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """deploy/mlflow: no weights in the repository; `tcli serve` with MLFLOW_TRACKING_URI loads
-    models:/house_price@production from the server, and loads the alias's new version on reload."""
+    models:/house_price@production from the server, and the alias's new version when unloaded and
+    loaded again."""
     assert (DEPLOY_REPOSITORY / "house_price" / "1" / "model.py").read_text() == RUNTIME.read_text()
     repository = tmp_path / "models"
     shutil.copytree(DEPLOY_REPOSITORY, repository)
@@ -297,9 +298,13 @@ def test_deploy_example_pulls_its_model_when_it_loads(
             expected = mlflow.pyfunc.load_model(f"models:/house_price/{version}").predict(frame)
             answer = _infer(client, "house_price", houses)["price"][:, 0]
             assert np.array_equal(answer, expected["price"].to_numpy()), version
-            if version == "1":  # a new version takes the alias; a reload pulls it
+            if version == "1":  # a new version takes the alias; unload and load pull it
                 log_house_price(registry.folder, per_m2=2000.0)
                 mlflow.MlflowClient().set_registered_model_alias("house_price", "production", "2")
+                # a load of unchanged files leaves the model as it is, as in Triton
+                client.load_model("house_price")
+                assert np.array_equal(_infer(client, "house_price", houses)["price"][:, 0], answer)
+                client.unload_model("house_price")
                 client.load_model("house_price")
     finally:
         assert served.stop() == 0, served.output()
