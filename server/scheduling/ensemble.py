@@ -46,6 +46,7 @@ class EnsembleSchedule:
         ]
         self.outputs = [o.name for o in config.output]
         self.optional_inputs = frozenset(i.name for i in config.input if i.optional)
+        self.batched = config.max_batch_size > 0
 
     def composing_models(self) -> list[str]:
         return list(dict.fromkeys(model for model, _, _, _ in self.steps))
@@ -68,9 +69,11 @@ class EnsembleSchedule:
                 exc_info=exc,
             )
             raise tcli_bug(exc) from None
-        rows = request.batch_size(True) if request.inputs and request.inputs[0].shape else 1
+        rows = request.batch_size(self.batched)
         total = time.monotonic_ns() - start
         self.stats.record_success(rows, total, 0, 0, total, 0)
+        # as Triton counts an ensemble: each request one execution of its own batch size
+        self.stats.record_execution(rows, 0, total, 0)
         return response
 
     async def _run(self, request: InferenceRequest, infer: Infer, version: str) -> InferenceResponse:
