@@ -276,9 +276,41 @@ class TritonPythonModel:
         return responses
 """
 
+
+def _no_cancellation_unit_test(suite: Path, server: str) -> None:
+    """L0_request_cancellation's first block runs request_cancellation_test, a C++ unit test binary
+    built against Triton's core library (libtritonserver.so), which neither server has here: it is
+    left out on both, a stand-in saying so (its gRPC, scheduler and implicit-state blocks still run)."""
+    stand_in = suite / "request_cancellation_test"
+    stand_in.write_text(
+        "#!/bin/sh\necho 'triton_qa: left out: request_cancellation_test, a C++ unit test of Triton core'\n"
+    )
+    stand_in.chmod(0o755)
+
+
+def _decoupled_python_models(suite: Path, server: str) -> None:
+    """L0_decoupled's models as Triton's QA image lays them out (Dockerfile.QA): python_models, the
+    python trial's repository, is `models` plus python_backend's decoupled examples as repeat_int32
+    and square_int32. The custom trial's repeat_int32 and square_int32 are Triton's C++ repeat and
+    square backends, which neither server has here: the same python examples stand in for them (so
+    NonDecoupledTest, which turns repeat_int32's decoupled policy off, fails on both: the python
+    example refuses to load without it)."""
+    examples = Path(os.environ["TRITON_QA_PYTHON_BACKEND"]) / "examples" / "decoupled"
+    shutil.copytree(suite / "models", suite / "python_models")
+    for repository in (suite / "python_models", suite / "models"):
+        for model in ("repeat", "square"):
+            folder = repository / f"{model}_int32"
+            (folder / "1").mkdir(parents=True, exist_ok=True)
+            shutil.copy(examples / f"{model}_model.py", folder / "1" / "model.py")
+            shutil.copy(examples / f"{model}_config.pbtxt", folder / "config.pbtxt")
+
+
 # what is changed around a suite on both servers alike, where a case needs what neither server has
-# here (a C++ backend, a GPU): suite -> function(qa folder, server); none yet
-ADAPT: dict[str, Callable[[Path, str], None]] = {}
+# here (a C++ backend, a GPU): suite -> function(qa folder, server)
+ADAPT: dict[str, Callable[[Path, str], None]] = {
+    "L0_request_cancellation": _no_cancellation_unit_test,
+    "L0_decoupled": _decoupled_python_models,
+}
 GPU_CASES = ("test_gpu_tensor_error", "test_dlpack_tensor_error")  # python_test's CUDA cases
 
 
@@ -452,6 +484,7 @@ def run_subtest(
 ) -> Outcome:
     _wait_for_ports()
     scratch = Path(tempfile.mkdtemp(prefix=f"triton_qa_{subtest}_{server}_"))
+    os.environ["TRITON_QA_PYTHON_BACKEND"] = str(python_backend)  # for ADAPT too
     try:
         qa, triton_dir = _layout(scratch, checkout, server, tcli_path, subtest)
         home = qa / "L0_backend_python"
