@@ -277,6 +277,11 @@ class InferenceService:
         if trace is not None:
             trace.started(request.model_name, str(entry.version), request.id, request.inputs)
         if entry.ensemble is not None and rules is not None:
+            if unary and entry.ensemble.decoupled_models:
+                raise unsupported(
+                    f"model '{request.model_name}' is decoupled: its responses can only be streamed "
+                    "(gRPC ModelStreamInfer, HTTP generate_stream)"
+                )
             rules.check(request)
             if trace is not None:
                 trace.stamp(QUEUE_START)
@@ -333,6 +338,18 @@ class InferenceService:
             return await cache.serve(request, entry.version, entry, entry.ensemble.stats, run)
         return await run()
 
+    async def _step_stream(self, request: InferenceRequest) -> AsyncGenerator[InferenceResponse, None]:
+        """A decoupled ensemble step's responses; its error (the step's request fails) raised."""
+        items = self.infer_stream(request)
+        try:
+            async for item in items:
+                if item.error is not None:
+                    raise item.error
+                if item.response is not None:
+                    yield item.response
+        finally:
+            await items.aclose()
+
     async def _execute(self, runner: ModelRunner, request: InferenceRequest) -> InferenceResponse:
         """The model's one response to a checked request, from its runner."""
         loop = asyncio.get_running_loop()
@@ -365,6 +382,23 @@ class InferenceService:
         is_cancelled() from then on. `admission` is the front end's, when it took one."""
         model, entry = self._admit(request, admission, False)
         trace = request.trace
+        if entry.ensemble is not None and entry.ensemble.decoupled_models:
+            responses = entry.ensemble.stream(request, self.infer, self._step_stream, str(entry.version))
+            try:
+                async for response in responses:
+                    response = self._finish(model, request, response)
+                    if trace is not None:
+                        trace.responded(response.outputs)
+                    yield StreamResponse(response, None, False)
+            except TritonError as error:
+                yield StreamResponse(None, error, True)
+                return
+            finally:
+                await responses.aclose()
+                if trace is not None:
+                    trace.ended()
+            yield StreamResponse(None, None, True)  # the flags-only end, as a decoupled model's
+            return
         if entry.ensemble is not None:
             try:
                 response = await self._run_ensemble(model.config, entry, request)

@@ -574,6 +574,7 @@ class ModelManager:
         from server.scheduling.ensemble import EnsembleSchedule
 
         schedule = EnsembleSchedule(config, self.stats.get(config.name, version))
+        decoupled: set[str] = set()
         for dependency in schedule.composing_models():
             with self._model_lock(dependency):  # waits for a load of it already under way
                 model = self._models.get(dependency)
@@ -588,9 +589,15 @@ class ModelManager:
                     f"Invalid argument: ensemble '{config.name}' depends on '{dependency}' which has no loaded version",
                 )
             composing = model.config
-            if config.response_cache.enable and composing and composing.model_transaction_policy.decoupled:
-                refusal = response_cache_refusal(config.name, True, False)
-                return VersionEntry(version, ModelState.UNAVAILABLE, f"Invalid argument: {refusal}")
+            if composing is not None and composing.model_transaction_policy.decoupled:
+                if config.response_cache.enable:
+                    refusal = response_cache_refusal(config.name, True, False)
+                    return VersionEntry(version, ModelState.UNAVAILABLE, f"Invalid argument: {refusal}")
+                decoupled.add(dependency)
+        # a decoupled step makes the ensemble decoupled, as Triton marks its config
+        schedule.decoupled_models = frozenset(decoupled)
+        if decoupled:
+            config.model_transaction_policy.decoupled = True
         return VersionEntry(version, ModelState.READY, ensemble=schedule)
 
     def _load_version(self, config: ModelConfig, folder: ModelFolder, version: int) -> VersionEntry:
