@@ -8,7 +8,12 @@ zero, one or many, the others exactly one). Both raise TritonError for a request
 the model (unknown model, bad inputs, sequence errors, a full queue); `infer_stream` yields the
 errors the model answers with, as StreamResponse items, since a decoupled model may go on sending
 after one. A front end hands either the request's `admission` (its model, resolved once), and both
-go through one admission step (`_admit`); BLS and the in-process API leave it to them."""
+go through one admission step (`_admit`); BLS and the in-process API leave it to them.
+
+Long: the facade is one module because every front end call is a method of it; what each call does
+lives elsewhere (the repository manager, the runners, the ensemble schedule). The inference path
+(admission, unary, streamed, an ensemble's and a decoupled ensemble's) reads here from start to end:
+split, its steps' order and error handling would be in several places."""
 
 from __future__ import annotations
 
@@ -338,18 +343,6 @@ class InferenceService:
             return await cache.serve(request, entry.version, entry, entry.ensemble.stats, run)
         return await run()
 
-    async def _step_stream(self, request: InferenceRequest) -> AsyncGenerator[InferenceResponse, None]:
-        """A decoupled ensemble step's responses; its error (the step's request fails) raised."""
-        items = self.infer_stream(request)
-        try:
-            async for item in items:
-                if item.error is not None:
-                    raise item.error
-                if item.response is not None:
-                    yield item.response
-        finally:
-            await items.aclose()
-
     async def _execute(self, runner: ModelRunner, request: InferenceRequest) -> InferenceResponse:
         """The model's one response to a checked request, from its runner."""
         loop = asyncio.get_running_loop()
@@ -383,7 +376,7 @@ class InferenceService:
         model, entry = self._admit(request, admission, False)
         trace = request.trace
         if entry.ensemble is not None and entry.ensemble.decoupled_models:
-            responses = entry.ensemble.stream(request, self.infer, self._step_stream, str(entry.version))
+            responses = entry.ensemble.stream(request, self.infer, self.infer_stream, str(entry.version))
             try:
                 async for response in responses:
                     response = self._finish(model, request, response)

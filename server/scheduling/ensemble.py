@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from server.backends.base import tcli_bug
 from server.protocol.errors import TritonError, internal
@@ -28,8 +28,17 @@ if TYPE_CHECKING:
     from server.scheduling.stats import ModelStats
 
 Infer = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
-# a decoupled step's request -> its responses as the model sends them (TritonError raised on an error)
-InferStream = Callable[[InferenceRequest], AsyncGenerator[InferenceResponse, None]]
+
+
+class StreamItem(Protocol):
+    """One item of the service's infer_stream: a response, an error, or neither (the final flag)."""
+
+    response: InferenceResponse | None
+    error: TritonError | None
+
+
+# a decoupled step's request -> its items as the model sends them
+InferStream = Callable[[InferenceRequest], AsyncGenerator[StreamItem, None]]
 Tensors = dict[str, "Tensor | None"]
 
 _LOG = logging.getLogger("tcli.scheduling")
@@ -169,8 +178,11 @@ class EnsembleSchedule:
         model, _, _, output_map = self.steps[index]
         responses = infer_stream(self._step_request(index, tensors, request_id, parameters))
         try:
-            async for response in responses:
-                yield self._produced(output_map, response)
+            async for item in responses:
+                if item.error is not None:  # the step's request failed: so does the ensemble's
+                    raise item.error
+                if item.response is not None:
+                    yield self._produced(output_map, item.response)
         except TritonError as error:
             raise TritonError(
                 error.code, f"in ensemble '{self.name}', step {index} ({model}): {error.message}"
