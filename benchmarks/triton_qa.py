@@ -289,13 +289,15 @@ def _no_cancellation_unit_test(suite: Path, server: str) -> None:
 
 
 def _decoupled_python_models(suite: Path, server: str) -> None:
-    """L0_decoupled's models as Triton's QA image lays them out (Dockerfile.QA): python_models, the
-    python trial's repository, is `models` plus python_backend's decoupled examples as repeat_int32
-    and square_int32. The custom trial's repeat_int32 and square_int32 are Triton's C++ repeat and
+    """L0_decoupled's models as Triton's QA image lays them out (Dockerfile.QA): each model's version
+    folder 1, and python_models, the python trial's repository, is `models` plus python_backend's
+    decoupled examples as repeat_int32 and square_int32. The custom trial's repeat_int32 and square_int32 are Triton's C++ repeat and
     square backends, which neither server has here: the same python examples stand in for them (so
     NonDecoupledTest, which turns repeat_int32's decoupled policy off, fails on both: the python
     example refuses to load without it)."""
     examples = Path(os.environ["TRITON_QA_PYTHON_BACKEND"]) / "examples" / "decoupled"
+    for model in (suite / "models").iterdir():  # the image makes each model's version folder
+        (model / "1").mkdir(exist_ok=True)
     shutil.copytree(suite / "models", suite / "python_models")
     for repository in (suite / "python_models", suite / "models"):
         for model in ("repeat", "square"):
