@@ -363,6 +363,8 @@ def _server_script(server: str, tcli_path: Path, subtest: str) -> str:
     # tcli takes current Triton's 64 MiB request limit; 2.51, whose qa this is, had none (its
     # growth_error and bls_memory send 1 GiB and 512 MiB to see the shared memory refuse them)
     unlimited = f" --http-max-input-size={TRITON_251_INPUT_LIMIT}"
+    # and 2.51's client shared memory, always on (tcli, as later Triton, asks --allow-client-shm)
+    unlimited += " --allow-client-shm=true"
     return f'#!/bin/bash\nexport PYTHONPATH="{tcli_path}"\nexec "{TCLI_LAUNCHER}" "$@"{flags}{unlimited}\n'
 
 
