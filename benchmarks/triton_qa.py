@@ -29,7 +29,10 @@ counts too (a sitecustomize on the clients' path records it, and ends a case sti
 same time limit). ADAPT names what is changed around a suite, on both servers alike, where a case
 needs what neither server has here; for all suites, Triton's C++ `identity` backend is a python-based
 backend of the same name in $TRITON_DIR/backends (input i returned as output i, after the config's
-`execute_delay_ms`).
+`execute_delay_ms`). tcli's server allows client shared memory (`--allow-client-shm=true`), as 2.51
+always did. Adapted suites: L0_request_cancellation (its C++ unit test binary, built against Triton's
+core library, left out on both) and L0_decoupled (its models laid out as Triton's QA image does,
+python_backend's decoupled examples standing in for the C++ repeat and square backends).
 
 A case is a pytest test (every pytest run of the subtest, recorded by a small plugin; a test run twice
 counts twice; one still waiting after $TRITON_QA_CASE_TIMEOUT seconds, 300 by default, fails: some
