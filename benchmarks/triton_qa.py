@@ -32,7 +32,8 @@ backend of the same name in $TRITON_DIR/backends (input i returned as output i, 
 `execute_delay_ms`). tcli's server allows client shared memory (`--allow-client-shm=true`), as 2.51
 always did. Adapted suites: L0_request_cancellation (its C++ unit test binary, built against Triton's
 core library, left out on both) and L0_decoupled (its models laid out as Triton's QA image does,
-python_backend's decoupled examples standing in for the C++ repeat and square backends).
+python_backend's decoupled examples standing in for the C++ repeat and square backends),
+L0_shared_memory (Triton's TF `simple` example as a python model).
 
 A case is a pytest test (every pytest run of the subtest, recorded by a small plugin; a test run twice
 counts twice; one still waiting after $TRITON_QA_CASE_TIMEOUT seconds, 300 by default, fails: some
@@ -310,11 +311,46 @@ def _decoupled_python_models(suite: Path, server: str) -> None:
             shutil.copy(examples / f"{model}_config.pbtxt", folder / "config.pbtxt")
 
 
+# Triton's TF `simple` example (docs/examples/model_repository/simple: INT32 [16] sum and difference,
+# max_batch_size 8), which neither server loads here, as a python model
+_SIMPLE_CONFIG = """
+name: "simple"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+"""
+_SIMPLE_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
+        return responses
+"""
+
+
+def _shared_memory_simple(suite: Path, server: str) -> None:
+    """L0_shared_memory's `models/simple`, which Triton's QA image copies from its TF example: the
+    same model in python (see _SIMPLE_MODEL)."""
+    folder = suite / "models" / "simple"
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(_SIMPLE_CONFIG)
+    (folder / "1" / "model.py").write_text(_SIMPLE_MODEL)
+
+
 # what is changed around a suite on both servers alike, where a case needs what neither server has
 # here (a C++ backend, a GPU): suite -> function(qa folder, server)
 ADAPT: dict[str, Callable[[Path, str], None]] = {
     "L0_request_cancellation": _no_cancellation_unit_test,
     "L0_decoupled": _decoupled_python_models,
+    "L0_shared_memory": _shared_memory_simple,
 }
 GPU_CASES = ("test_gpu_tensor_error", "test_dlpack_tensor_error")  # python_test's CUDA cases
 
