@@ -17,6 +17,8 @@ these adaptations are made around them:
 - `pip`/`pip3` on PATH do nothing (the qa swaps torch builds: never in the project's venv), and
   `git clone .../python_backend` copies a local checkout of triton-inference-server/python_backend;
 - `python3` and `pytest` are this interpreter's (pytest and torch come from the project's venv);
+- the qa's tritonclient (2.51) finds its shared-memory library through `pkg_resources`, which
+  current setuptools lacks: the clients get a one-function stand-in when it is missing;
 - the qa's shared-memory leak probe is skipped, as the qa skips it on Jetson and Windows: it needs
   `triton_shm_monitor`, a module built with Triton's python backend, reading Triton's own regions.
 
@@ -210,6 +212,16 @@ def _timed_run(self, result=None):
 
 
 unittest.TestCase.run = _timed_run
+"""
+
+# the qa's tritonclient (2.51) finds its shared-memory library with pkg_resources, which current
+# setuptools no longer has: the one function it calls, for the clients
+_PKG_RESOURCES = """
+import importlib.resources
+
+
+def resource_filename(package, resource):
+    return str(importlib.resources.files(package) / resource)
 """
 
 _PIP = """#!/bin/sh
@@ -441,6 +453,10 @@ def _layout(scratch: Path, checkout: Path, server: str, tcli_path: Path, subtest
     (scratch / "plugin").mkdir()
     (scratch / "plugin" / "_triton_qa_record.py").write_text(_PLUGIN)
     (scratch / "plugin" / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    with contextlib.suppress(ImportError):
+        import pkg_resources  # noqa: F401 - setuptools still has it: the clients use the real one
+    if "pkg_resources" not in sys.modules:
+        (scratch / "plugin" / "pkg_resources.py").write_text(_PKG_RESOURCES)
     if is_suite(subtest):
         (triton_dir / "backends" / "identity").mkdir()
         (triton_dir / "backends" / "identity" / "model.py").write_text(_IDENTITY_BACKEND)
