@@ -1,16 +1,18 @@
 """Scenario 14 [analyze]: `tcli analyze` against Model Analyzer 1.58, on the same model, machine and
-latency budget (issue 29).
+latency budget (issues 29 and 35).
 
 The model: a python model whose execution of n requests sleeps 2 + 0.25n ms, written with one
-instance, max_batch_size 8 and no dynamic batching. The search: instance count up to 2, max batch size
-up to 8, concurrency up to 16, a 20 ms p99 budget.
+instance, max_batch_size 8 and no dynamic batching; a 20 ms p99 budget. Model Analyzer's search:
+instance count up to 2, max batch size up to 8, concurrency up to 16.
 
 - Model Analyzer 1.58 (`model-analyzer profile`, from its own virtualenv: MA_VENV, default
   /work/ma-venv; `pip install 'triton-model-analyzer==1.58.*'` there) in brute mode, launching real
   Triton 2.51 locally and driving real perf_analyzer 2.51;
-- `tcli analyze` as a user runs it (its default quick search over its default space: dynamic
-  batching off/on, queue delay, python instances in processes or in the server) and, as an info row,
-  its brute mode over Model Analyzer's own space (dynamic batching on, instances in processes).
+- `tcli analyze` as a user runs it (`tcli analyze -m sleepy REPO --latency-budget 20 --output-dir
+  OUT`, no checkpoint: its default quick search over its default space, which is larger: up to 4
+  instances, max batch size up to 64, concurrency up to 64, dynamic batching off/on, queue delay,
+  python instances in processes or in the server) and, as an info row, its brute mode over Model
+  Analyzer's own space and bounds (dynamic batching on, instances in processes).
 
 Each tool's best config is then served by `tcli serve` and measured by real perf_analyzer at the
 concurrency the tool found it best at, three times each, alternately (MA's, tcli's, then tcli's,
@@ -187,6 +189,14 @@ def run_model_analyzer(work: Path) -> Choice | None:
     )
 
 
+# Model Analyzer's bounds, for tcli's brute row
+MA_BOUNDS = [
+    "--max-instance-count", str(MAX_INSTANCES),
+    "--max-batch-size", str(MAX_BATCH),
+    "--max-concurrency", str(MAX_CONCURRENCY),
+]  # fmt: skip
+
+
 def run_tcli_analyze(work: Path, tag: str, extra: list[str]) -> Choice | None:
     repo, out = work / f"{tag}-repo", work / f"{tag}-out"
     for stale in (repo, out):  # a kept work folder: tcli's side is always measured afresh
@@ -196,15 +206,11 @@ def run_tcli_analyze(work: Path, tag: str, extra: list[str]) -> Choice | None:
     command = [
         str(TCLI), "analyze", "-m", MODEL, str(repo),
         "--latency-budget", str(BUDGET_MS),
-        "--max-instance-count", str(MAX_INSTANCES),
-        "--max-batch-size", str(MAX_BATCH),
-        "--max-concurrency", str(MAX_CONCURRENCY),
         "--output-dir", str(out),
         "--checkpoint", str(work / f"{tag}.checkpoint.json"),
-        "--plot", str(work / f"{tag}.png"),
         *extra,
     ]  # fmt: skip
-    log(f"analyze: tcli analyze {' '.join(extra) or '(defaults: quick)'}")
+    log(f"analyze: tcli analyze {' '.join(extra) or '(as a user runs it: quick, its default space)'}")
     began = time.monotonic()
     done = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=MA_TIMEOUT_S)
     seconds = time.monotonic() - began
@@ -213,7 +219,7 @@ def run_tcli_analyze(work: Path, tag: str, extra: list[str]) -> Choice | None:
         log(f"analyze: tcli analyze failed ({done.returncode}): {(done.stdout + done.stderr)[-800:]}")
         return None
     config = out / MODEL / "config.pbtxt"
-    found = re.search(r"at concurrency (\d+)", done.stdout.replace("\n", " "))
+    found = re.search(r"at\s+concurrency\s+(\d+)", done.stdout)  # the line may wrap anywhere
     concurrency = int(found.group(1)) if found else MAX_CONCURRENCY
     return Choice(
         "tcli analyze", seconds, config, f"{describe(config.read_text())}, c={concurrency}", concurrency
@@ -297,6 +303,7 @@ def rows(ctx: Context) -> list[Row]:
         work,
         "tcli-brute",
         [
+            *MA_BOUNDS,
             "--mode",
             "brute",
             "--dynamic-batching",
@@ -312,8 +319,6 @@ def rows(ctx: Context) -> list[Row]:
         ctx.pick(1000, 500), stability_pct=ctx.windows.stability_pct, max_trials=ctx.windows.max_trials
     )
     measured = serve_and_measure(work, choices, windows, MEASURE_ROUNDS) if choices else {}
-    if ma is not None and (work / "tcli-quick.png").exists():
-        shutil.copy(work / "tcli-quick.png", ctx.workdir / "analyze.png")
 
     def throughput_row(tag: str, label: str, target: str) -> Row:
         ours, theirs, chosen = measured.get(tag), measured.get("ma"), choices.get(tag)
@@ -351,10 +356,14 @@ def rows(ctx: Context) -> list[Row]:
             value,
             target,
             at_least(value, TIME_TARGET) if target != "info" else None,
-            "same model, budget and bounds; MA brute (real Triton 2.51 + perf_analyzer 2.51"
+            "same model and budget; MA brute over its bounds (real Triton 2.51 + perf_analyzer 2.51"
             + (", its run taken from the kept work folder" if ma and ma.reused else "")
             + "), "
-            + ("tcli quick (its default)" if tag == "tcli" else "tcli brute over MA's space"),
+            + (
+                "tcli quick as a user runs it (its default, larger space)"
+                if tag == "tcli"
+                else "tcli brute over MA's space and bounds"
+            ),
         )
 
     return [

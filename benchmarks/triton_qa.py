@@ -33,12 +33,14 @@ needs what neither server has here; for all suites, Triton's C++ `identity` back
 backend of the same name in $TRITON_DIR/backends (input i returned as output i, after the config's
 `execute_delay_ms`). tcli's server allows client shared memory (`--allow-client-shm=true`), as 2.51
 always did. Adapted suites: L0_request_cancellation (its C++ unit test binary, built against Triton's
-core library, left out on both) and L0_decoupled (its models laid out as Triton's QA image does,
-python_backend's decoupled examples standing in for the C++ repeat and square backends),
-L0_shared_memory (Triton's TF `simple` example as a python model).
+core library, left out on both), L0_decoupled (its models laid out as Triton's QA image does,
+python_backend's decoupled examples standing in for the C++ repeat and square backends) and
+L0_shared_memory (Triton's TF `simple` example as a python model). L0_python_api needs core's
+python/test files beside it, as Triton's CI puts them there: `--core` names a checkout of triton-inference-server/core (`git archive r24.10 python/test`);
+on tcli its clients' `tritonserver` and `tritonfrontend` are tcli.inprocess and tcli.frontend.
 
 A case is a pytest test (every pytest run of the subtest, recorded by a small plugin; a test run twice
-counts twice; one still waiting after $TRITON_QA_CASE_TIMEOUT seconds, 300 by default, fails: some
+counts twice; a file that stops at its import is one failed case; one still waiting after $TRITON_QA_CASE_TIMEOUT seconds, 300 by default, fails: some
 qa clients wait on their stream without a timeout) or a shell check: each call of a
 `verify_*`/`check_*` function the subtest's test.sh defines (e.g. logging's `verify_log_counts 4 3`),
 failed when it prints "Test Failed"; in examples, which runs client scripts, each example's run,
@@ -134,6 +136,11 @@ def pytest_configure(config):
     sys.path.append(os.environ["TRITON_QA_COMMON"])
     import shm_util
     shm_util._skip_shm_leak_probe = True
+
+def pytest_collectreport(report):
+    # a file that stops at its import is a failed case, not none
+    if report.failed:
+        _outcomes[report.nodeid or "collection"] = "failed"
 
 def pytest_runtest_logreport(report):
     outcome = _outcomes.get(report.nodeid)
@@ -357,9 +364,25 @@ def _shared_memory_simple(suite: Path, server: str) -> None:
     (folder / "1" / "model.py").write_text(_SIMPLE_MODEL)
 
 
-# what is changed around a suite on both servers alike, where a case needs what neither server has
-# here (a C++ backend, a GPU): suite -> function(qa folder, server)
+def _python_api(suite: Path, server: str) -> None:
+    """L0_python_api: core's python/test files (test_api.py, test_binding.py, test_api_models) beside
+    the qa's, as Triton's CI copies them there, from the core checkout `--core` names; on tcli, the
+    `tritonserver` and `tritonfrontend` its clients import are tcli.inprocess and tcli.frontend of
+    this checkout (the server runs in the client; real Triton's are wheels the reference lacks)."""
+    core = os.environ.get("TRITON_QA_CORE")
+    if core:
+        shutil.copytree(Path(core) / "python" / "test", suite, dirs_exist_ok=True)
+    if server == "tcli":
+        for name, module in (("tritonserver", "tcli.inprocess"), ("tritonfrontend", "tcli.frontend")):
+            (suite / f"{name}.py").write_text(
+                f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom {module} import *  # noqa: F403\n"
+            )
+
+
+# what is changed around a suite, where a case needs what neither server has here (a C++ backend, a
+# GPU) or what the qa's image adds: suite -> function(qa folder, server)
 ADAPT: dict[str, Callable[[Path, str], None]] = {
+    "L0_python_api": _python_api,
     "L0_request_cancellation": _no_cancellation_unit_test,
     "L0_decoupled": _decoupled_python_models,
     "L0_shared_memory": _shared_memory_simple,
@@ -726,6 +749,9 @@ def main() -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="print every case")
     parser.add_argument("--datadir", type=Path, help="the qa's DATADIR (qa_model_repository, ...): see above")
     parser.add_argument(
+        "--core", type=Path, help="a triton-inference-server/core checkout (L0_python_api's test_api.py)"
+    )
+    parser.add_argument(
         "--isolate",
         action="store_true",
         help="run in network and mount namespaces of its own (root): free ports, a 1 GiB /dev/shm",
@@ -737,6 +763,8 @@ def main() -> None:
         help="the tritonclient wheel the qa's clients use (default: the reference's; else the venv's)",
     )
     args = parser.parse_args()
+    if args.core is not None:
+        os.environ["TRITON_QA_CORE"] = str(args.core.resolve())
     if args.isolate and os.environ.get("TRITON_QA_ISOLATED") != "1":
         _reexec_isolated()
     client_dir = None

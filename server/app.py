@@ -117,6 +117,20 @@ class ServerSettings:
     # --cache-config local,size=<bytes> / --response-cache-byte-size: the response cache; 0: none
     response_cache_byte_size: int = 0
     trace: TraceFlags | None = None  # --trace-config and the older --trace-* flags (server/tracing/flags.py)
+    # the OpenAI-compatible front end (server/frontends/openai/), off unless a port is given; Triton
+    # runs it as a program of its own (python/openai: --openai-port, --tokenizer, --chat-template,
+    # --default-max-tokens, --openai-restricted-api), tcli beside the other front ends
+    openai_port: int | None = None
+    openai_address: str | None = None  # None: `host`
+    openai_tokenizer: str = ""  # a tokenizer folder for models whose config names none
+    openai_chat_template: str = ""  # a Jinja file replacing every model's chat template
+    openai_default_max_tokens: int = 16
+    openai_restricted_api: dict[str, Restriction] = field(default_factory=dict)
+    openai_use_ssl: bool = False
+    openai_use_ssl_mutual: bool = False
+    openai_server_cert: str = ""
+    openai_server_key: str = ""
+    openai_root_cert: str = ""
 
     def grpc_tls(self) -> TlsSettings | None:
         """The gRPC front end's TLS settings; None: plain text."""
@@ -132,6 +146,18 @@ class ServerSettings:
             return None
         return TlsSettings(
             "http", self.http_server_cert, self.http_server_key, self.http_root_cert, self.http_use_ssl_mutual
+        )
+
+    def openai_tls(self) -> TlsSettings | None:
+        """The OpenAI front end's TLS settings; None: plain text."""
+        if not (self.openai_use_ssl or self.openai_use_ssl_mutual):
+            return None
+        return TlsSettings(
+            "openai",
+            self.openai_server_cert,
+            self.openai_server_key,
+            self.openai_root_cert,
+            self.openai_use_ssl_mutual,
         )
 
 
@@ -156,6 +182,10 @@ class Server:
         )
         self.http_tls: ServerTls | None = (
             load_tls(http_tls, ["http/1.1"]) if http_tls and settings.allow_http else None
+        )
+        openai_tls = settings.openai_tls()
+        self.openai_tls: ServerTls | None = (
+            load_tls(openai_tls, ["http/1.1"]) if openai_tls and settings.openai_port is not None else None
         )
         self.manager = ModelManager(
             settings.model_repositories,
@@ -191,6 +221,7 @@ class Server:
         self.http_port: int | None = None
         self.metrics_port: int | None = None
         self.grpc_port: int | None = None
+        self.openai_port: int | None = None
         self._handles: list[Any] = []
         self._bls: Any = None  # python models' BLS requests run on the front ends' loop while it serves
         self._model_control: Any = None  # and so do their pb_utils.load_model / unload_model calls
@@ -257,6 +288,12 @@ class Server:
                 "--metrics-port",
                 settings.metrics_address or settings.host,
                 settings.metrics_port,
+            ),
+            (
+                settings.openai_port is not None,
+                "--openai-port",
+                settings.openai_address or settings.host,
+                settings.openai_port or 0,
             ),
         ):
             problem = bind_problem(Listener(setting, address, port)) if runs else None
@@ -387,6 +424,40 @@ class Server:
             )
             self.grpc_port = grpc_handle.port
             self._handles.append(grpc_handle)
+        if settings.openai_port is not None:
+            await self._start_openai()
+
+    async def _start_openai(self) -> None:
+        from server.backends.python.pb_utils.metric_registry import METRICS
+        from server.frontends.http.server import serve_http
+        from server.frontends.metrics import metrics_text
+        from server.frontends.openai.app import create_openai_app
+
+        settings = self.settings
+        service = self.service
+
+        def metrics() -> bytes:
+            return metrics_text(service, cpu_metrics=settings.allow_cpu_metrics, custom=METRICS.collect)
+
+        app = create_openai_app(
+            service,
+            tokenizer=settings.openai_tokenizer,
+            chat_template=settings.openai_chat_template,
+            default_max_tokens=settings.openai_default_max_tokens,
+            max_input_size=settings.http_max_input_size,
+            restricted=settings.openai_restricted_api,
+            metrics=metrics if settings.allow_metrics else None,
+            explicit=settings.model_control_mode == ControlMode.EXPLICIT,
+        )
+        handle = await serve_http(
+            app,
+            settings.openai_address or settings.host,
+            settings.openai_port or 0,
+            ssl_context=None if self.openai_tls is None else self.openai_tls.context,
+            limits=self.http_limits(),
+        )
+        self.openai_port = handle.port
+        self._handles.append(handle)
 
     def http_limits(self) -> Any:
         from server.frontends.http.limits import ConnectionLimits
@@ -492,9 +563,11 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
             loop.remove_signal_handler(sig)
         signals.end_on_signal()  # a signal while the models unload (the loop no longer runs): now
         server.end_loading()
-        server.manager.shutdown(settings.exit_timeout_secs)
+        unloaded = server.manager.shutdown(settings.exit_timeout_secs)
         server.service.tracer.close()  # traces still held are written
         loop.close()
+        # the log's last line, as tritonserver's says that no model is left live
+        log.info("server stopped: %d model version%s unloaded", unloaded, "" if unloaded == 1 else "s")
     return 0
 
 

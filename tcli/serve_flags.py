@@ -1,7 +1,7 @@
 """tritonserver's flags that `tcli serve` accepts without acting on them, or refuses, each with why.
 
 `tcli serve` declares the flags it implements as options of its own. Every other flag of
-tritonserver 2.51 is listed here, so that a command line written for Triton starts tcli: flags that
+tritonserver 2.51 (and of Triton's OpenAI front end's program) is listed here, so that a command line written for Triton starts tcli: flags that
 only matter on a GPU or inside Triton's C++ (memory pools, thread counts, keepalive tuning) are
 accepted and named in one warning line; flags whose absence would change what a client gets in a
 way that matters (other front ends: SageMaker, Vertex AI) are refused with an error unless they ask
@@ -62,6 +62,17 @@ FLAGS: dict[str, Flag] = {
     "buffer-manager-thread-count": Flag(GPU),
     "host-policy": Flag(GPU),
     "model-load-gpu-limit": Flag(GPU),
+    # Triton's OpenAI front end's own program (python/openai/openai_frontend/main.py), whose
+    # --openai-port, --tokenizer, --chat-template, --default-max-tokens and --openai-restricted-api
+    # `tcli serve` implements (server/frontends/openai/): its other flags, so that its command lines run
+    "backend": Flag("the OpenAI front end reads each model's request format from its inputs; no effect"),
+    "enable-kserve-frontends": Flag("tcli serves KServe HTTP and gRPC beside it always; no effect", False),
+    "tool-call-parser": Flag("tool calling is not implemented by tcli's OpenAI front end; no effect"),
+    "max-tool-call-parse-bytes": Flag(
+        "tool calling is not implemented by tcli's OpenAI front end; no effect"
+    ),
+    "lora-separator": Flag("LoRA adapters are not implemented by tcli's OpenAI front end; no effect"),
+    "uvicorn-log-level": Flag("tcli's front ends log as --log-* say; no effect"),
 }
 
 

@@ -327,7 +327,8 @@ def test_a_request_is_admitted_once_by_the_service() -> None:
 
 
 def test_an_error_code_has_one_http_status() -> None:
-    """`ErrorCode.http_status` is Triton's table; the HTTP front end reads it in one place."""
+    """`ErrorCode.http_status` is Triton's table; each HTTP front end (KServe's, OpenAI's) reads it in
+    one place."""
     readers = [
         (module, function)
         for module in MODULES
@@ -335,26 +336,32 @@ def test_an_error_code_has_one_http_status() -> None:
         for function, node in _nodes(module)
         if isinstance(node, ast.Attribute) and node.attr == "http_status"
     ]
-    assert readers == [("server.frontends.http.app", "_error_answer")], readers
+    assert readers == [
+        ("server.frontends.http.app", "_error_answer"),
+        ("server.frontends.openai.errors", "from_triton"),
+    ], readers
 
 
 def test_http_routes_are_one_table() -> None:
-    """Each HTTP route (methods, path, handler, restricted group) is a `Route` of the table in
-    server/frontends/http/app.py, and a restricted group is checked in one place: where it is matched."""
+    """Each HTTP route (methods, path, handler, restricted group) is a `Route` of its front end's table
+    (server/frontends/http/app.py; the OpenAI port's in server/frontends/openai/app.py), and a
+    restricted group is checked in one place per front end: where it is matched."""
     building = {
         module
         for module in FRONT_ENDS
         for _, node in _nodes(module)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Route"
     }
-    assert building == {"server.frontends.http.app"}, building
+    assert building == {"server.frontends.http.app", "server.frontends.openai.app"}, building
     checks = [
         (module, function)
         for module in FRONT_ENDS
         for function, receiver, method in _calls(module)
         if method == "check" and receiver.endswith("_restrictions")
     ]
-    assert checks == [("server.frontends.http.app", "_route")], checks
+    assert checks == [("server.frontends.http.app", "_route"), ("server.frontends.openai.app", "_route")], (
+        checks
+    )
 
 
 # One home for the built-in backends: server/backends/table.py lists them (name, platforms, files,

@@ -39,6 +39,10 @@ DOCUMENTED: dict[str, str] = {
     "google.protobuf.message": "https://googleapis.dev/python/protobuf/latest/google/protobuf/message.html",
     "grpc": "https://grpc.github.io/grpc/python/grpc.html",
     "hpack": "https://python-hyper.org/projects/hpack/en/latest/api.html",
+    "jinja2": "https://jinja.palletsprojects.com/en/stable/api/",
+    "jinja2.ext": "https://jinja.palletsprojects.com/en/stable/extensions/#loop-controls",
+    "jinja2.sandbox": "https://jinja.palletsprojects.com/en/stable/sandbox/",
+    "tokenizers": "https://huggingface.co/docs/tokenizers/api/tokenizer",
     "httptools": "https://github.com/MagicStack/httptools#apis",
     "httpx": "https://www.python-httpx.org/api/",
     "matplotlib": "https://matplotlib.org/stable/api/index.html",
@@ -73,6 +77,7 @@ DOCUMENTED: dict[str, str] = {
     "rich.text": "https://rich.readthedocs.io/en/stable/reference/text.html",
     "tensorrt": "https://docs.nvidia.com/deeplearning/tensorrt/api/python_api/",
     "torch": "https://pytorch.org/docs/stable/",
+    "transformers": "https://huggingface.co/docs/transformers/main_classes/model",
     # the python backend's module: tcli provides it (server/backends/python/pb_utils) to the models
     "triton_python_backend_utils": "https://github.com/triton-inference-server/python_backend#usage",
     # Triton's generated protobuf modules, the documented way to build its messages in Python

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from server.repository.poller import RepositoryPoller
     from server.scheduling.rate_limiter import RateLimiter
     from server.scheduling.response_cache import ResponseCache
+    from server.scheduling.runner import ModelRunner
 
 log = logging.getLogger("tcli.server")
 
@@ -428,7 +429,9 @@ class ModelManager:
         if repository is not None:
             repository.drop(name)
 
-    def shutdown(self, timeout: float | None = None) -> None:
+    def shutdown(self, timeout: float | None = None) -> int:
+        """Stop every model (their requests drained, their instances unloaded); returns how many model
+        versions were unloaded."""
         if self._poller is not None:
             self._poller.stop()
         with self._lock:
@@ -437,13 +440,17 @@ class ModelManager:
             for model in models:
                 for runner in model.runners():
                     runner.close()
+            unloaded = 0
             for model in models:
                 for runner in model.runners():
                     runner.finish(timeout)
+                    _log_unloaded(runner)
+                    unloaded += 1
                 if model.agents is not None:
                     model.agents.unload()
         for repository in [*self.repositories, *self._request_files.values()]:
             repository.close()
+        return unloaded
 
     def on_change(self, listener: Callable[[str], None]) -> None:
         self._listeners.append(listener)
@@ -685,6 +692,11 @@ def _read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:
     return labels
 
 
+def _log_unloaded(runner: ModelRunner) -> None:
+    """Triton's words: its qa (L0_lifecycle) and its users count these lines."""
+    log.info("successfully unloaded '%s' version %s", runner.name, runner.version)
+
+
 def _retire(model: ServedModel) -> None:
     """Drain and unload a replaced model's runners off the caller's thread, then tell its agents."""
     runners = model.runners()
@@ -695,6 +707,7 @@ def _retire(model: ServedModel) -> None:
     def stop() -> None:
         for runner in runners:
             runner.stop()
+            _log_unloaded(runner)
         if agents is not None:
             agents.unload()
         release_freed_memory()

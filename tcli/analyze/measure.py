@@ -12,26 +12,18 @@ Both measure with `tcli perf`'s windows and stability rule and its input options
 from __future__ import annotations
 
 import json
-import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tcli.analyze.results import Constraints, Level
+from tcli.analyze.sweep import Lead, sweep
 from tcli.errors import CliError
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
     from tcli.perf.profiler import Profiler, Settings
-
-WARM_UP_MIN_S = 0.2
-WARM_UP_MAX_S = 1.0
-MAX_WINDOW_MS = 5000  # perf_analyzer's default window: no window is stretched past it
-FLAT_GAIN = 0.05  # quick mode: a concurrency sweep stops once doubling the load gains less than this,
-FLAT_LEVELS = 2  # for this many levels in a row
-RETRIES_PER_SWEEP = 2  # levels over the budget measured once more (a sweep ends at one over it)
 
 
 @dataclass
@@ -58,7 +50,7 @@ class InputOptions:
 class MeasureOptions:
     measurement_ms: int = 200
     stability: float = 0.10
-    max_trials: int = 6
+    max_trials: int = 4  # a level not stable in 4 windows of a busy machine seldom is in 6
     max_concurrency: int = 64
     min_requests: int = 50  # a window holds at least this many requests at the first level
 
@@ -111,95 +103,6 @@ def config_from_json(data: dict[str, Any]) -> ModelConfig:
     from server.protocol.config_json import from_json_dict
 
     return from_json_dict(data)
-
-
-def warm_up(profiler: Profiler, concurrency: int, min_requests: int) -> None:
-    """Serve the new config for a while before measuring, its answers dropped: a config just loaded
-    answers its first requests slowly (threads and processes starting, the first inline executions),
-    and with short windows those would be its p99. The second half of the warm-up also tells how
-    fast the config answers at the first level: windows are stretched to hold `min_requests` there
-    (perf_analyzer's count-windows idea), so that a slow model's p99 is not one request's."""
-    import gc
-
-    # what loading built lives as long as the config: out of the collector's reach, or full collections
-    # (in this process, with the server in it) stall requests by 10 ms and more: every p99 (measured)
-    gc.freeze()
-    seconds = min(WARM_UP_MAX_S, max(WARM_UP_MIN_S, profiler.settings.measurement_ms / 1000.0))
-    profiler._set_load(concurrency)
-    time.sleep(seconds / 2)
-    profiler._collect()
-    began = time.monotonic()
-    time.sleep(seconds / 2)
-    answers, _ = profiler._collect()
-    if min_requests <= 0:
-        return
-    completed = sum(int(answer["completed"]) for answer in answers)
-    rate = completed / max(time.monotonic() - began, 1e-3)
-    needed_ms = 1000.0 * min_requests / rate if rate > 0 else MAX_WINDOW_MS
-    settings = profiler.settings
-    settings.measurement_ms = int(min(MAX_WINDOW_MS, max(settings.measurement_ms, needed_ms)))
-
-
-def _flat(levels: list[Level]) -> bool:
-    """Throughput stopped rising: the last FLAT_LEVELS levels each gained less than FLAT_GAIN over the
-    best before them (one level alone may be a noisy window)."""
-    if len(levels) <= FLAT_LEVELS:
-        return False
-    for index in range(len(levels) - FLAT_LEVELS, len(levels)):
-        before = max(level.throughput for level in levels[:index])
-        if levels[index].throughput >= before * (1 + FLAT_GAIN):
-            return False
-    return True
-
-
-def _measure_level(profiler: Profiler, concurrency: int) -> Level:
-    result = profiler.measure(concurrency)
-    if result.interrupted:
-        raise KeyboardInterrupt
-    if result.latency is None:  # nothing answered within the windows
-        return Level(concurrency, 0.0, math.inf, math.inf, stable=False)
-    return Level(
-        concurrency,
-        result.client.infer_per_sec,
-        result.latency.percentiles_ns[50] / 1e6,
-        result.latency.percentiles_ns[99] / 1e6,
-        stable=result.stable,
-    )
-
-
-def _over_budget(level: Level, constraints: Constraints) -> bool:
-    return constraints.latency_budget_ms is not None and level.p99_ms > constraints.latency_budget_ms
-
-
-def sweep(
-    profiler: Profiler,
-    concurrencies: list[int],
-    constraints: Constraints,
-    stop_when_flat: bool,
-    min_requests: int = 0,
-) -> list[Level]:
-    """Measure rising concurrency levels; stop once the latency budget is passed (more load only
-    adds latency; a level over it is measured once more first, up to RETRIES_PER_SWEEP times), and in
-    quick mode once throughput stops rising."""
-    warm_up(profiler, concurrencies[0], min_requests)
-    levels: list[Level] = []
-    retries = RETRIES_PER_SWEEP
-    for concurrency in concurrencies:
-        level = _measure_level(profiler, concurrency)
-        over = _over_budget(level, constraints)
-        if over and retries > 0 and level.throughput > 0:
-            # once more before the sweep ends there: a stall of a busy machine in one window is the p99 of
-            # a short level, and would end the config's sweep for good
-            retries -= 1
-            again = _measure_level(profiler, concurrency)
-            level = min(level, again, key=lambda measured: measured.p99_ms)
-            over = _over_budget(level, constraints)
-        levels.append(level)
-        if level.throughput == 0 or over:
-            break
-        if stop_when_flat and _flat(levels):
-            break
-    return levels
 
 
 class Target:
@@ -409,12 +312,17 @@ def measure_candidate(
     options: MeasureOptions,
     constraints: Constraints,
     stop_when_flat: bool,
-) -> list[Level]:
-    """Load one candidate's config into the target, then sweep it."""
+    lead: Lead | None = None,
+) -> tuple[list[Level], int]:
+    """Load one candidate's config into the target, then sweep it (sweep.py); its levels, and the
+    window it was measured with (stretched at its first level)."""
     target.load(config)
     profiler = target.profiler(options.settings())
     try:
         profiler.start()
-        return sweep(profiler, options.concurrencies(), constraints, stop_when_flat, options.min_requests)
+        levels = sweep(
+            profiler, options.concurrencies(), constraints, stop_when_flat, options.min_requests, lead
+        )
+        return levels, profiler.settings.measurement_ms
     finally:
         profiler.close()

@@ -9,7 +9,8 @@ quick: coordinate ascent from the model's own config (with dynamic batching on, 
   step does not improve on the step before: the values beyond it are pruned, not measured (more
   instances or bigger batches past the point where they stopped helping cannot beat the best).
   The best value found becomes current; passes repeat until one changes nothing (at most three).
-  Its concurrency sweeps also stop once throughput stops rising (measure.py).
+  Its concurrency sweeps also stop once throughput stops rising, and start at the load where the
+  best config so far peaked (sweep.py).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ table (or JSON, CSV), the plot, and the best config written, validated and diffe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from tcli.analyze.measure import InputOptions, MeasureOptions, Target, backend_o
 from tcli.analyze.results import Constraints, Measured, Row, rank
 from tcli.analyze.search import Outcome, brute, quick, quick_estimate
 from tcli.analyze.space import Bounds, Candidate, apply, build_space
+from tcli.analyze.sweep import Lead
 from tcli.errors import CliError
 
 if TYPE_CHECKING:
@@ -92,6 +94,7 @@ class Session:
         self.console = console
         self.err = err
         self.checkpoint: Checkpoint | None = None
+        self.window_ms: int | None = None  # the first sweep's window, stretched at its first level
 
     def say(self, text: str) -> None:
         """A note: with the table on stdout, on stderr beside JSON or CSV."""
@@ -136,7 +139,7 @@ class Session:
                 found = checkpoint.get(key)
                 if found is None:
                     progress.measuring(candidate.label())
-                    found = self._measure(target, raw, candidate)
+                    found = self._measure(target, raw, candidate, self._lead(measured_here, space.original))
                     checkpoint.put(found, key)
                 measured_here.append(found)
                 progress.done(_best_text(rank(measured_here, plan.constraints, space.original)))
@@ -160,18 +163,40 @@ class Session:
         best = rows[0] if rows and rows[0].rank == 1 else None
         return ModelResult(name, report, raw, best)
 
-    def _measure(self, target: Target, raw: ModelConfig, candidate: Candidate) -> Measured:
+    def _lead(self, measured: list[Measured], original: Candidate) -> Lead | None:
+        """Quick mode under a throughput objective: the best config so far, where the next sweep
+        starts (sweep.py); before any config met the constraints, the middle of the concurrency
+        ladder with nothing to beat (a sweep steps down from there as readily as it climbs)."""
+        plan = self.plan
+        if plan.mode != "quick" or plan.constraints.objective != "throughput":
+            return None
+        rows = rank(measured, plan.constraints, original)
+        if not rows or rows[0].rank != 1 or rows[0].point is None:
+            ladder = plan.measure.concurrencies()
+            return Lead(ladder[len(ladder) // 2], 0.0)
+        return Lead(rows[0].point.concurrency, rows[0].point.throughput)
+
+    def _measure(
+        self, target: Target, raw: ModelConfig, candidate: Candidate, lead: Lead | None = None
+    ) -> Measured:
         from tcli.client.types import ClientError
         from tcli.inprocess import TritonError as InProcessError
 
+        options = self.plan.measure
+        if lead is not None and self.window_ms is not None:
+            # the first sweep's window at least, should a sweep that starts higher step down
+            options = dataclasses.replace(options, measurement_ms=max(options.measurement_ms, self.window_ms))
         try:
-            levels = measure_candidate(
+            levels, window_ms = measure_candidate(
                 target,
                 apply(raw, candidate),
-                self.plan.measure,
+                options,
                 self.plan.constraints,
                 self.plan.mode == "quick",
+                lead,
             )
+            if self.window_ms is None:
+                self.window_ms = window_ms
         except CliError as exc:
             return Measured(candidate, [], error=exc.message)
         except ClientError as exc:

@@ -177,7 +177,7 @@ def analyze(
         int,
         typer.Option(
             "--measurement-request-count",
-            help="Stretch windows (up to 5 s) to hold at least this many requests at concurrency 1; 0: never.",
+            help="Stretch windows (up to 5 s) to hold at least this many requests at a sweep's first level; 0: never.",
         ),
     ] = 50,
     stability_percentage: Annotated[
@@ -186,7 +186,7 @@ def analyze(
             "--stability-percentage", "-s", help="Stable when the last 3 windows agree within this %."
         ),
     ] = 10.0,
-    max_trials: Annotated[int, typer.Option("--max-trials", "-r", help="Windows per level at most.")] = 6,
+    max_trials: Annotated[int, typer.Option("--max-trials", "-r", help="Windows per level at most.")] = 4,
     shape: Shape = None,
     input_data: InputData = "random",
     string_length: StringLength = 128,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -33,6 +34,20 @@ class Distribution(enum.StrEnum):
 class Format(enum.StrEnum):
     text = "text"
     json = "json"
+
+
+LLM_PANEL = "Language models (GenAI-Perf's and AIPerf's options)"
+
+
+class ServiceKind(enum.StrEnum):
+    triton = "triton"
+    openai = "openai"
+
+
+class EndpointType(enum.StrEnum):
+    chat = "chat"
+    completions = "completions"
+    kserve = "kserve"
 
 
 def parse_range(text: str, flag: str, integer: bool) -> tuple[float, float, float]:
@@ -80,6 +95,7 @@ def perf(
         str | None,
         typer.Option(
             "--concurrency-range",
+            "--concurrency",
             help="start[:end[:step]] requests in flight (default 1). end 0: until --latency-threshold.",
             show_default=False,
         ),
@@ -194,12 +210,128 @@ def perf(
             help="Load generator processes (0: as many as the load needs, at most one per core).",
         ),
     ] = 0,
+    service_kind: Annotated[
+        ServiceKind,
+        typer.Option(
+            "--service-kind",
+            help="triton, or openai: an OpenAI-compatible endpoint measured as GenAI-Perf/AIPerf do "
+            "(-u its base URL, default http://localhost:9000).",
+            rich_help_panel=LLM_PANEL,
+        ),
+    ] = ServiceKind.triton,
+    endpoint_type: Annotated[
+        EndpointType | None,
+        typer.Option(
+            "--endpoint-type",
+            help="chat or completions (openai, default chat); kserve: a decoupled Triton model in Triton's "
+            "LLM conventions over gRPC streaming (the default for a decoupled model).",
+            show_default=False,
+            rich_help_panel=LLM_PANEL,
+        ),
+    ] = None,
+    request_count: Annotated[
+        int,
+        typer.Option(
+            "--request-count",
+            min=0,
+            help="Requests measured per concurrency level (0: ten per request in flight).",
+            rich_help_panel=LLM_PANEL,
+        ),
+    ] = 0,
+    warmup_request_count: Annotated[
+        int,
+        typer.Option(
+            "--warmup-request-count",
+            min=0,
+            help="Requests sent first, not measured.",
+            rich_help_panel=LLM_PANEL,
+        ),
+    ] = 0,
+    input_tokens_mean: Annotated[
+        int,
+        typer.Option(
+            "--synthetic-input-tokens-mean",
+            min=1,
+            help="Prompt length, in tokens.",
+            rich_help_panel=LLM_PANEL,
+        ),
+    ] = 550,
+    input_tokens_stddev: Annotated[
+        int,
+        typer.Option("--synthetic-input-tokens-stddev", min=0, help="Its spread.", rich_help_panel=LLM_PANEL),
+    ] = 0,
+    output_tokens_mean: Annotated[
+        int | None,
+        typer.Option(
+            "--output-tokens-mean",
+            min=1,
+            help="max_tokens of each request (default: the model's own).",
+            show_default=False,
+            rich_help_panel=LLM_PANEL,
+        ),
+    ] = None,
+    extra_inputs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--extra-inputs",
+            help="name:value added to each request (its body, or sampling_parameters), e.g. ignore_eos:true "
+            "(repeatable).",
+            show_default=False,
+            rich_help_panel=LLM_PANEL,
+        ),
+    ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            "--tokenizer",
+            help="A local tokenizer folder: prompts and outputs counted in its tokens (needs transformers); "
+            "without it a word of the prompt and a streamed response count as one token.",
+            show_default=False,
+            rich_help_panel=LLM_PANEL,
+        ),
+    ] = None,
+    random_seed: Annotated[
+        int, typer.Option("--random-seed", help="Seed of the synthetic prompts.", rich_help_panel=LLM_PANEL)
+    ] = 0,
+    use_server_token_count: Annotated[
+        bool,
+        typer.Option(
+            "--use-server-token-count",
+            help="Count tokens as the server does (OpenAI: usage; Triton: num_input_tokens and "
+            "num_output_tokens when the model has them).",
+            rich_help_panel=LLM_PANEL,
+        ),
+    ] = False,
 ) -> None:
     """Measure throughput and latency the way perf_analyzer does: windows until three agree, then the
     client's latencies (average, p50/p90/p95/p99) and the server's split (queue, compute) from its
-    statistics. Ctrl-C stops and reports what was measured."""
+    statistics. Ctrl-C stops and reports what was measured.
+
+    Language models (--service-kind openai, or a decoupled Triton model) are measured as GenAI-Perf
+    and AIPerf do: time to first token, inter-token latency, output tokens per second and request
+    throughput, at each concurrency level.
+    """
     from tcli.perf.prepare import build_spec, read_model
     from tcli.perf.profiler import Settings
+
+    llm = LlmFlags(
+        service_kind.value,
+        endpoint_type.value if endpoint_type is not None else None,
+        request_count,
+        warmup_request_count,
+        input_tokens_mean,
+        input_tokens_stddev,
+        output_tokens_mean,
+        [_extra_input(text) for text in extra_inputs or []],
+        tokenizer,
+        random_seed,
+        use_server_token_count,
+    )
+    if service_kind == ServiceKind.openai:
+        _measure_llm(llm, model_name, model_version, None, url, concurrency_range, output_format, filename)
+        return
+    if endpoint_type not in (None, EndpointType.kserve):
+        raise CliError(f"--endpoint-type {endpoint_type.value} needs --service-kind openai")
 
     # flags -------------------------------------------------------------------------------------------
     if concurrency_range and request_rate_range:
@@ -252,10 +384,13 @@ def perf(
     if info.sequence and batch_size > 1:
         raise CliError("can not specify batch size > 1 when using a sequence model")
     if info.decoupled:
-        raise CliError(
-            f"model '{model_name}' is decoupled (several responses per request): tcli perf measures one "
-            "response per request; use perf_analyzer --async --streaming -i grpc for decoupled models"
-        )
+        if protocol != Protocol.grpc:
+            raise CliError(
+                f"model '{model_name}' is decoupled (several responses per request): measure it over gRPC "
+                "streaming, -i grpc"
+            )
+        _measure_llm(llm, model_name, model_version, info, url, concurrency_range, output_format, filename)
+        return
     async_effective = async_mode or streaming or (info.sequence and not sync_mode)
     if info.sequence and mode == "concurrency" and end == 0 and async_effective:
         raise CliError("The 'end' concurrency can not be 0 for sequence models when using asynchronous API.")
@@ -328,6 +463,98 @@ def perf(
     )
     if interrupted:
         raise typer.Exit(INTERRUPTED_EXIT)
+
+
+@dataclass(frozen=True)
+class LlmFlags:
+    service_kind: str
+    endpoint_type: str | None
+    request_count: int
+    warmup_request_count: int
+    input_tokens_mean: int
+    input_tokens_stddev: int
+    output_tokens_mean: int | None
+    extra_inputs: list[tuple[str, Any]]
+    tokenizer: str | None
+    random_seed: int
+    server_token_count: bool
+
+
+def _extra_input(text: str) -> tuple[str, Any]:
+    """name:value; the value read as JSON when it is (true, 3, 0.5, "x"), else as the string."""
+    import json
+
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise CliError(f"--extra-inputs '{text}' is not name:value (for example ignore_eos:true)")
+    try:
+        return name.strip(), json.loads(value)
+    except ValueError:
+        return name.strip(), value
+
+
+def _measure_llm(
+    flags: LlmFlags,
+    model_name: str,
+    model_version: str,
+    info: Any,
+    url: str | None,
+    concurrency_range: str | None,
+    output_format: Format,
+    filename: Path | None,
+) -> None:
+    """GenAI-Perf's measurement of a language model: an OpenAI endpoint (info None) or a decoupled
+    Triton model in Triton's LLM conventions over gRPC streaming."""
+    from tcli.perf.llm.clients import GenerationSettings
+    from tcli.perf.llm.runner import Target
+    from tcli.perf.llm.session import run
+
+    start, end, step = parse_range(concurrency_range or "1", "--concurrency-range", integer=True)
+    if end == 0:
+        raise CliError("a language model's --concurrency-range needs an end (no --latency-threshold search)")
+    if flags.tokenizer is not None and importlib.util.find_spec("transformers") is None:
+        raise CliError("--tokenizer needs transformers: pip install 'tcli[llm]'")
+    if filename is not None:
+        check_writable(filename, "-f")
+    if info is None:
+        endpoint = flags.endpoint_type or "chat"
+        base = url or "http://localhost:9000"
+        if "://" not in base:
+            base = "http://" + base
+        target = Target("openai", base.rstrip("/"), endpoint, streaming=True)
+    else:
+        names = {spec.name: spec.datatype for spec in info.inputs}
+        if names.get("text_input") != "BYTES" or "text_output" not in info.outputs:
+            raise CliError(
+                f"model '{model_name}' is decoupled but does not follow Triton's LLM conventions (a BYTES "
+                "input text_input, an output text_output): tcli perf measures decoupled models as "
+                "language models only"
+            )
+        target = Target(
+            "triton",
+            url or "localhost:8001",
+            "kserve",
+            streaming=True,
+            model_version=model_version,
+            inputs=frozenset(names),
+            batched=info.max_batch_size > 0,
+        )
+    settings = GenerationSettings(
+        model_name, flags.output_tokens_mean, dict(flags.extra_inputs), flags.server_token_count
+    )
+    run(
+        target,
+        settings,
+        [int(level) for level in levels(start, end, step)],
+        flags.request_count,
+        flags.warmup_request_count,
+        flags.input_tokens_mean,
+        flags.input_tokens_stddev,
+        flags.tokenizer,
+        flags.random_seed,
+        output_format.value,
+        filename,
+    )
 
 
 def _sequence_ids(text: str) -> tuple[int, int]:

@@ -151,7 +151,9 @@ def scaffold(
         str,
         typer.Argument(
             metavar="MODEL_FILE",
-            help="An ONNX (.onnx) or TorchScript (.pt) file; with --backend python, the model name.",
+            help="An ONNX (.onnx) or TorchScript (.pt) file, a Hugging Face model folder (config.json, "
+            "weights, tokenizer: a language model generating with transformers); with --backend python, "
+            "the model name.",
         ),
     ],
     repository: Annotated[
@@ -171,8 +173,12 @@ def scaffold(
         typer.Option("--dynamic-batching/--no-dynamic-batching", help="Default: on when max_batch_size > 1."),
     ] = None,
     instance_count: Annotated[
-        int, typer.Option(min=1, help="Instances of the model to run in parallel.")
-    ] = 1,
+        int | None,
+        typer.Option(
+            min=1,
+            help="Instances of the model to run in parallel (default 1; a language model: by the cores).",
+        ),
+    ] = None,
     kind: Annotated[Kind, typer.Option(help="Instance kind.")] = Kind.cpu,
     input: Annotated[
         list[str] | None,
@@ -180,11 +186,24 @@ def scaffold(
     ] = None,
     output: Annotated[list[str] | None, typer.Option("--output", help="NAME:TYPE:DIMS (repeatable).")] = None,
     force: Annotated[bool, typer.Option(help="Overwrite an existing config.pbtxt.")] = False,
+    copy_weights: Annotated[
+        bool,
+        typer.Option(
+            "--copy-weights/--no-copy-weights",
+            help="A Hugging Face folder: copy it into the version folder (default), or name it where it is.",
+        ),
+    ] = True,
 ) -> None:
-    """Create <repository>/<name>/config.pbtxt and <name>/1/<model file> from a model file."""
+    """Create <repository>/<name>/config.pbtxt and <name>/1/<model file> from a model file.
+
+    From a Hugging Face model folder: a decoupled python model in Triton's LLM conventions
+    (text_input, stream, sampling_parameters -> text_output) that streams token by token, with
+    max_batch_size and instances chosen for this machine.
+    """
     from server.backends import table
     from server.config import scaffold as sc
     from server.config.model_folder import scan_model
+    from server.config.scaffold_llm import is_huggingface_folder, write_llm_folder
     from server.protocol.errors import TritonError
     from server.repository.validation import validate_model
 
@@ -193,7 +212,7 @@ def scaffold(
             name=name or "",
             max_batch_size=max_batch_size,
             dynamic_batching=dynamic_batching,
-            instance_count=instance_count,
+            instance_count=instance_count or 1,
             instance_kind="KIND_GPU" if kind == Kind.gpu else "KIND_CPU",
             inputs=tuple(sc.parse_tensor_arg(s) for s in input or ()),
             outputs=tuple(sc.parse_tensor_arg(s) for s in output or ()),
@@ -201,7 +220,13 @@ def scaffold(
         # the backend's default model file says what to write (server/backends/table.py)
         entry = table.built_in(backend) if backend is not None else None
         backend_file = entry.model_file if entry is not None else None
-        if backend_file == "model.py":
+        if backend is None and is_huggingface_folder(Path(model_file_or_name)):
+            hf_folder = Path(model_file_or_name)
+            options = _named(options, name or hf_folder.resolve().name)
+            options = dataclasses.replace(options, instance_count=instance_count or 0)
+            folder, sizing = write_llm_folder(repository, hf_folder, options, copy=copy_weights, force=force)
+            print(f"chose {sizing.describe()}")
+        elif backend_file == "model.py":
             options = _named(options, name or model_file_or_name)
             config = sc.config_for_python(options)
             folder = sc.write_model_folder(repository, config, None, "model.py", force=force)

@@ -1,6 +1,10 @@
 """`tcli serve` (also installed as `tritonserver`): a Triton-compatible server on model repositories,
 with tritonserver 2.51's whole command line. The flags it implements are options here; every other
-tritonserver flag is accepted with a warning, or refused with the reason (tcli/serve_flags.py)."""
+tritonserver flag is accepted with a warning, or refused with the reason (tcli/serve_flags.py).
+
+Long: the command is one Typer function whose parameters are tritonserver's command line (and the
+OpenAI front end's group beside it); Typer reads options from one signature, so the options stay
+together here and what they are turned into lives in server/ (settings, parsers of each flag)."""
 
 from __future__ import annotations
 
@@ -60,6 +64,8 @@ def _group(name: str) -> str | None:
         return "HTTP front end"
     if name.startswith(("grpc_", "allow_grpc")) or name == "reuse_grpc_port":
         return "gRPC front end"
+    if name.startswith("openai_"):
+        return "OpenAI front end"
     if name.startswith(("metrics_", "allow_metrics", "allow_cpu_metrics")):
         return "Metrics"
     if name.startswith(("log_", "trace_")):
@@ -247,6 +253,64 @@ def serve(
     metrics_interval_ms: Annotated[
         float, typer.Option(help="CPU utilisation is refreshed at most every half of this.")
     ] = 2000.0,
+    openai_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve OpenAI's API (/v1/chat/completions, ...) on this port (0: any free); off unless given.",
+            show_default=False,
+        ),
+    ] = None,
+    openai_address: Annotated[
+        str, typer.Option(help="Address of the OpenAI port (default: --http-address).")
+    ] = "",
+    openai_tokenizer: Annotated[
+        str,
+        typer.Option(
+            "--openai-tokenizer",
+            "--tokenizer",
+            help="Tokenizer folder whose chat template serves models that name none.",
+        ),
+    ] = "",
+    openai_chat_template: Annotated[
+        str,
+        typer.Option(
+            "--openai-chat-template",
+            "--chat-template",
+            help="Jinja chat template file replacing every model's own.",
+        ),
+    ] = "",
+    openai_default_max_tokens: Annotated[
+        int,
+        typer.Option(
+            "--openai-default-max-tokens",
+            "--default-max-tokens",
+            help="max_tokens of a request that gives none.",
+        ),
+    ] = 16,
+    openai_restricted_api: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="<api>[,<api>]:<header>=<value>; APIs: inference, model-repository, metrics, health.",
+        ),
+    ] = None,
+    openai_use_ssl: Annotated[
+        str,
+        typer.Option(metavar="BOOLEAN", help="Serve it over HTTPS (needs its -server-cert and -key)."),
+    ] = "false",
+    openai_use_ssl_mutual: Annotated[
+        str | None,
+        typer.Option(
+            metavar="BOOLEAN",
+            help="HTTPS asking client certificates signed by --openai-root-cert.",
+            show_default=False,
+        ),
+    ] = None,
+    openai_server_cert: Annotated[str, typer.Option(help="Its certificate (PEM file).")] = "",
+    openai_server_key: Annotated[str, typer.Option(help="Its private key (PEM file).")] = "",
+    openai_root_cert: Annotated[
+        str,
+        typer.Option(help="CA certificate (PEM) of client certificates (mutual TLS)."),
+    ] = "",
     allow_client_shm: Annotated[
         str,
         typer.Option(
@@ -329,6 +393,7 @@ def serve(
     from server import logs
     from server.app import ServerSettings, StartupError, run
     from server.frontends.header_forward import HeaderForward, PatternError
+    from server.frontends.openai.restricted import parse_openai_restricted_api
     from server.frontends.tls import TlsError
     from server.protocol import restricted
     from server.protocol.errors import TritonError
@@ -362,6 +427,7 @@ def serve(
     try:
         http_restrictions = restricted.parse_http_restricted_api(http_restricted_api or [])
         grpc_restrictions = restricted.parse_grpc_restricted_protocol(grpc_restricted_protocol or [])
+        openai_restrictions = parse_openai_restricted_api(openai_restricted_api or [])
     except restricted.RestrictionSpecError as exc:  # tritonserver exits 1 on these too
         raise CliError(str(exc)) from None
     for flag, pattern in (
@@ -477,6 +543,18 @@ def serve(
         http_root_cert=http_root_cert,
         response_cache_byte_size=cache,
         trace=trace,
+        openai_port=openai_port,
+        openai_address=openai_address or http_address,
+        openai_tokenizer=openai_tokenizer,
+        openai_chat_template=openai_chat_template,
+        openai_default_max_tokens=int(_positive("openai-default-max-tokens", openai_default_max_tokens)),
+        openai_restricted_api=openai_restrictions,
+        openai_use_ssl=_flag("openai-use-ssl", openai_use_ssl) or openai_use_ssl_mutual is not None,
+        openai_use_ssl_mutual=openai_use_ssl_mutual is not None
+        and _flag("openai-use-ssl-mutual", openai_use_ssl_mutual),
+        openai_server_cert=openai_server_cert,
+        openai_server_key=openai_server_key,
+        openai_root_cert=openai_root_cert,
     )
     _check_ports(settings)  # before any model loads
     try:
@@ -507,6 +585,9 @@ def _check_ports(settings: ServerSettings) -> None:
         listeners.append(
             Listener("--metrics-port", settings.metrics_address or settings.host, settings.metrics_port)
         )
+    if settings.openai_port is not None:
+        address = settings.openai_address or settings.host
+        listeners.append(Listener("--openai-port", address, settings.openai_port))
     problem = port_problem(listeners)
     if problem:
         raise CliError(problem)
@@ -592,5 +673,9 @@ def _print_startup(server: Server) -> None:
         f"HTTP{https} on {server.settings.host}:{server.http_port}" if server.http_port else "",
         f"gRPC{grpc_tls} on {server.settings.grpc_address}:{server.grpc_port}" if server.grpc_port else "",
         f"metrics on {server.settings.metrics_address}:{server.metrics_port}" if server.metrics_port else "",
+        f"OpenAI{'S' if server.openai_tls else ''} on {server.settings.openai_address or server.settings.host}:"
+        f"{server.openai_port}"
+        if server.openai_port
+        else "",
     ]
     console.print("Started " + ", ".join(p for p in ports if p) + " (Ctrl-C to stop)")

@@ -1,7 +1,8 @@
 """`KServeGrpc`: the KServe v2 gRPC front end on an in-process server, as `tritonfrontend.KServeGrpc`;
 the same one `tcli serve` runs on --grpc-port, TLS included (`use_ssl`, `use_mutual_auth` and the
-certificate files, checked when it starts). Triton's keepalive, compression, thread and pool options
-are taken and have no effect, as `tcli serve` takes their flags."""
+certificate files, checked when it starts), `forward_header_pattern` as --grpc-header-forward-pattern.
+Triton's keepalive, compression, thread and pool options are taken and have no effect, as `tcli serve`
+takes their flags. stop() ends the calls in flight with CANCELLED, as tritonfrontend's does."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tcli.frontend._service import Service, check, check_common, is_int, no_effect
-from tcli.inprocess import InvalidArgumentError, Server
+from tcli.inprocess import InvalidArgumentError
+from tcli.inprocess import Server as InProcessServer
 
 
 class Grpc_compression_level(enum.IntEnum):  # tritonfrontend's name
@@ -88,16 +90,21 @@ class KServeGrpc(Service):
                 "a list of str (each as --grpc-restricted-protocol takes it)",
             )
 
-    def __init__(self, server: Server, options: KServeGrpc.Options | None = None) -> None:
+    def __init__(self, server: InProcessServer, options: KServeGrpc.Options | None = None) -> None:
         super().__init__(server, options, KServeGrpc.Options, "KServeGrpc")
         given = self.options
         for name, default in _TUNING.items():
             if getattr(given, name) != default:
                 no_effect("KServeGrpc", name, getattr(given, name))
-        for name in ("infer_compression_level", "forward_header_pattern"):
-            if getattr(given, name):
-                no_effect("KServeGrpc", name, getattr(given, name))
+        if given.infer_compression_level:
+            no_effect("KServeGrpc", "infer_compression_level", given.infer_compression_level)
+        from server.frontends.header_forward import HeaderForward, PatternError
         from server.protocol.restricted import RestrictionSpecError, parse_grpc_restricted_protocol
+
+        try:
+            self._header_forward = HeaderForward(given.forward_header_pattern)
+        except PatternError as error:
+            raise InvalidArgumentError(f"forward_header_pattern: not a regular expression: {error}") from None
 
         try:
             self._restricted = parse_grpc_restricted_protocol(given.restricted_features)
@@ -120,7 +127,7 @@ class KServeGrpc(Service):
                 )
             except TlsError as error:  # it names tcli serve's flag; these are the options of the same name
                 raise InvalidArgumentError(str(error)) from None
-        return await serve_grpc(
+        handle = await serve_grpc(
             app.service,
             given.address,
             given.port,
@@ -133,4 +140,7 @@ class KServeGrpc(Service):
             max_message_size=settings.grpc_max_message_size,
             max_concurrent_streams=settings.grpc_max_concurrent_streams,
             read_timeout=settings.grpc_read_timeout,
+            header_forward=self._header_forward,
         )
+        handle.grace = 0.0  # as tritonfrontend's stop(): the calls in flight end CANCELLED at once
+        return handle

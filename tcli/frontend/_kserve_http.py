@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tcli.frontend._service import Service, check, check_common
-from tcli.inprocess import InvalidArgumentError, Server
+from tcli.inprocess import InvalidArgumentError
+from tcli.inprocess import Server as InProcessServer
 
 
 class KServeHttp(Service):
@@ -36,7 +37,7 @@ class KServeHttp(Service):
                 "a list of str (each as --http-restricted-api takes it)",
             )
 
-    def __init__(self, server: Server, options: KServeHttp.Options | None = None) -> None:
+    def __init__(self, server: InProcessServer, options: KServeHttp.Options | None = None) -> None:
         super().__init__(server, options, KServeHttp.Options, "KServeHttp")
         from server.frontends.header_forward import HeaderForward, PatternError
         from server.protocol.restricted import RestrictionSpecError, parse_http_restricted_api

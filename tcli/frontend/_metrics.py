@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tcli.frontend._service import Service, check_common
-from tcli.inprocess import Server
+from tcli.inprocess import Server as InProcessServer
 
 
 class Metrics(Service):
@@ -23,7 +23,7 @@ class Metrics(Service):
         def __post_init__(self) -> None:
             check_common(self, ("thread_count",))
 
-    def __init__(self, server: Server, options: Metrics.Options | None = None) -> None:
+    def __init__(self, server: InProcessServer, options: Metrics.Options | None = None) -> None:
         super().__init__(server, options, Metrics.Options, "Metrics")
 
     async def _serve(self, app: Any) -> Any:

@@ -6,15 +6,19 @@ AlreadyExistsError). A server stops the front ends still running on it before it
 
 Options are checked when they are made, as `tritonfrontend`'s (pydantic) are: a wrong type or a value
 out of range is a ValueError naming the field and what it takes.
+
+Both shapes `tritonfrontend` has had make a front end: `KServeHttp(server, options)` (r24.11 on) and
+Triton 2.51's (r24.10) `KServeHttp.Server(server=..., options=...)`; `Server` is the class itself.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, ClassVar
 
-from tcli.inprocess import AlreadyExistsError, InvalidArgumentError, Server, UnavailableError
+from tcli.inprocess import AlreadyExistsError, InvalidArgumentError, UnavailableError
+from tcli.inprocess import Server as InProcessServer
 from tcli.inprocess._connection import Connection
 
 log = logging.getLogger("tcli.frontend")
@@ -57,9 +61,15 @@ class Service:
     """A front end on an in-process server; subclasses say what they serve (`_serve`)."""
 
     kind = "HTTP"  # as Triton names the server in its errors
+    # Triton 2.51's shape, `KServeHttp.Server(server=..., options=...)`: the front end's own class
+    Server: ClassVar[Any]
 
-    def __init__(self, server: Server, options: Any, options_type: type, name: str) -> None:
-        if not isinstance(server, Server):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.Server = cls
+
+    def __init__(self, server: InProcessServer, options: Any, options_type: type, name: str) -> None:
+        if not isinstance(server, InProcessServer):
             raise InvalidArgumentError(
                 f"{name} serves a tcli.inprocess.Server, not {type(server).__name__}: start one and pass it"
             )

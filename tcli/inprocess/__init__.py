@@ -16,6 +16,7 @@ over HTTP and gRPC do; errors are raised as `tritonserver`'s exception classes, 
 code. Everything not exported here is private.
 """
 
+from tcli.inprocess._allocators import MemoryAllocator, default_memory_allocators
 from tcli.inprocess._errors import (
     AlreadyExistsError,
     CancelledError,
@@ -28,6 +29,7 @@ from tcli.inprocess._errors import (
     UnsupportedError,
 )
 from tcli.inprocess._memorybuffer import MemoryBuffer
+from tcli.inprocess._metrics import Metric, MetricFamily, MetricKind
 from tcli.inprocess._model import Model
 from tcli.inprocess._options import ModelLoadDeviceLimit, Options, RateLimiterResource
 from tcli.inprocess._request import InferenceRequest
@@ -60,9 +62,13 @@ __all__ = [
     "InternalError",
     "InvalidArgumentError",
     "LogFormat",
+    "MemoryAllocator",
     "MemoryBuffer",
     "MemoryType",
+    "Metric",
+    "MetricFamily",
     "MetricFormat",
+    "MetricKind",
     "Model",
     "ModelBatchFlag",
     "ModelControlMode",
@@ -81,4 +87,5 @@ __all__ = [
     "UnavailableError",
     "UnknownError",
     "UnsupportedError",
+    "default_memory_allocators",
 ]

@@ -15,11 +15,12 @@ import concurrent.futures
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from server.protocol import types as core
 from server.protocol.errors import ErrorCode, internal, unavailable
 from server.protocol.errors import TritonError as ServerError
+from tcli.inprocess._allocators import OutputPlacement
 from tcli.inprocess._errors import InvalidArgumentError, TritonError, from_server
 from tcli.inprocess._handles import ModelHandle
 from tcli.inprocess._response import InferenceResponse
@@ -39,12 +40,12 @@ class Flight:
         model: ModelHandle,
         request: core.InferenceRequest,
         deliver: Deliver,
-        output_memory_type: Any = None,
+        placement: OutputPlacement | None = None,
     ) -> None:
         self.model = model
         self.request = request
         self.deliver = deliver
-        self.output_memory_type = output_memory_type
+        self.placement = placement or OutputPlacement(None, None)
         self.future: concurrent.futures.Future[None] | None = None
 
     def start(self, service: InferenceService, loop: asyncio.AbstractEventLoop, decoupled: bool) -> None:
@@ -82,19 +83,15 @@ class Flight:
         if response is None:  # a decoupled model's flags-only end of stream
             return InferenceResponse(self.model, self.request.id, final=final)
         result = InferenceResponse(
-            self.model.versioned(response.model_version),
-            response.id,
-            dict(response.parameters),
-            {tensor.name: Tensor._from_server(tensor) for tensor in response.outputs},
-            final=final,
+            self.model.versioned(response.model_version), response.id, dict(response.parameters), final=final
         )
-        if self.output_memory_type is not None:
-            try:
-                result.outputs = {n: t.to_device(self.output_memory_type) for n, t in result.outputs.items()}
-            except TritonError as error:  # tritonserver's words, then the reason
-                result._failure = InvalidArgumentError(
-                    f"Memory type {self.output_memory_type} not supported: {error}"
-                )
+        outputs = {tensor.name: Tensor._from_server(tensor) for tensor in response.outputs}
+        try:
+            result.outputs = self.placement.place(outputs)
+        except InvalidArgumentError as error:  # a memory type nobody serves: raised whatever raise_on_error
+            result._failure = error
+        except TritonError as error:  # the allocator failed: the response's error, as in tritonserver
+            result.error = error
         return result
 
     def _error(self, error: ServerError, final: bool = True) -> InferenceResponse:

@@ -68,7 +68,7 @@ class Model:
             responses.put(response)
 
         flight = self._connection.submit(
-            Flight(self, request.to_server(), deliver, request.output_memory_type)
+            Flight(self, request.to_server(), deliver, request.output_placement())
         )
         return ResponseIterator(flight, responses, raise_on_error)
 
@@ -91,7 +91,7 @@ class Model:
         targets = (responses,) if user_queue is None else (user_queue, responses)
         deliver = deliver_threadsafe(loop, *targets)
         flight = self._connection.submit(
-            Flight(self, request.to_server(), deliver, request.output_memory_type)
+            Flight(self, request.to_server(), deliver, request.output_placement())
         )
         return AsyncResponseIterator(flight, responses, raise_on_error)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from server.protocol import types as core
+from tcli.inprocess._allocators import MemoryAllocator, OutputPlacement
 from tcli.inprocess._errors import InvalidArgumentError
 from tcli.inprocess._handles import ModelHandle
 from tcli.inprocess._tensor import as_input
@@ -34,11 +35,23 @@ class InferenceRequest:
     # where outputs go: host memory only ("cpu", MemoryType.CPU); another is refused as each response
     # arrives, as `tritonserver` refuses it (InvalidArgumentError, raised by the iterator)
     output_memory_type: Any = None
+    # gives the memory outputs are written into (tritonserver.MemoryAllocator); default: the
+    # allocator of default_memory_allocators for output_memory_type
+    output_memory_allocator: MemoryAllocator | None = None
     response_queue: queue.SimpleQueue[Any] | asyncio.Queue[Any] | None = None  # also gets each response
     # tritonclient's names for the sequence controls
     sequence_id: int | str | None = None
     sequence_start: bool = False
     sequence_end: bool = False
+
+    def output_placement(self) -> OutputPlacement:
+        allocator = self.output_memory_allocator
+        if allocator is not None and not callable(getattr(allocator, "allocate", None)):
+            raise InvalidArgumentError(
+                f"output_memory_allocator must have allocate(size, memory_type, memory_type_id) (a "
+                f"tritonserver.MemoryAllocator), not {type(allocator).__name__}"
+            )
+        return OutputPlacement(self.output_memory_type, self.output_memory_allocator)
 
     def to_server(self) -> core.InferenceRequest:
         """The server's request: inputs converted (without copying contiguous numeric arrays),

@@ -15,7 +15,8 @@ import asyncio
 import logging
 import time
 import weakref
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -25,11 +26,21 @@ from server.frontends.ports import PortInUseError
 from server.protocol import json_messages
 from server.protocol.errors import TritonError as ServerError
 from tcli.inprocess._connection import Connection
-from tcli.inprocess._errors import InternalError, InvalidArgumentError, UnavailableError, from_server
+from tcli.inprocess._errors import (
+    AlreadyExistsError,
+    InternalError,
+    InvalidArgumentError,
+    UnavailableError,
+    UnsupportedError,
+    from_server,
+)
 from tcli.inprocess._flight import stopped
 from tcli.inprocess._log import install as install_log
 from tcli.inprocess._model import Model
 from tcli.inprocess._options import Options
+
+if TYPE_CHECKING:
+    from server.repository.manager import ModelManager
 
 _UNLOADED_STATES = (None, "UNAVAILABLE")
 log = logging.getLogger("tcli.inprocess")
@@ -233,5 +244,56 @@ class Server:
             raise UnavailableError("poll_model_repository needs model_control_mode=ModelControlMode.POLL")
         self._connection.run(asyncio.to_thread(app.manager.poll_once))
 
+    # repositories ------------------------------------------------------------------------------------
+    def register_model_repository(
+        self, repository_path: str, name_mapping: dict[str, str] | None = None
+    ) -> None:
+        """Serve the models of another repository folder too (EXPLICIT mode only): load them by name,
+        as those of the first. Models keep their folders' names (`name_mapping` is refused)."""
+        from server.repository.sources import open_repository
+
+        manager = self._explicit_manager("registration")
+        if name_mapping:
+            raise UnsupportedError(
+                f"failed to register '{repository_path}': name_mapping is not supported by tcli; each model "
+                "is served under its folder's name"
+            )
+        path = Path(repository_path)
+        if not path.is_dir():
+            raise InvalidArgumentError(f"failed to register '{repository_path}', repository not found")
+
+        def add() -> None:
+            if any(_same(r.label, path) for r in manager.repositories):
+                raise AlreadyExistsError(f"model repository '{repository_path}' has already been registered")
+            manager.repositories = [*manager.repositories, open_repository(path)]  # readers keep the old list
+
+        self._connection.on_loop(add)
+        log.info("Model repository registered: %s", repository_path)
+
+    def unregister_model_repository(self, repository_path: str) -> None:
+        """Stop finding models in a repository (EXPLICIT mode only); models loaded from it stay loaded."""
+        manager = self._explicit_manager("unregistration")
+        path = Path(repository_path)
+
+        def remove() -> None:
+            kept = [r for r in manager.repositories if not _same(r.label, path)]
+            if len(kept) == len(manager.repositories):
+                raise InvalidArgumentError(f"failed to unregister '{repository_path}', repository not found")
+            manager.repositories = kept
+
+        self._connection.on_loop(remove)
+        log.info("Model repository unregistered: %s", repository_path)
+
+    def _explicit_manager(self, what: str) -> ModelManager:
+        app = self._connection.started()
+        if app.settings.model_control_mode != "explicit":
+            raise UnsupportedError(f"repository {what} is not allowed if model control mode is not EXPLICIT")
+        return app.manager
+
     def _unloaded(self, name: str) -> bool:
         return all(m.state in _UNLOADED_STATES for (n, _), m in self.models().items() if n == name)
+
+
+def _same(label: str, path: Path) -> bool:
+    """Whether a repository (its label, as given) is the folder `path`."""
+    return "://" not in label and Path(label).resolve() == path.resolve()

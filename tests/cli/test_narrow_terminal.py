@@ -87,7 +87,7 @@ def test_help_pages_read_well_at_80_columns(words: list[str], command: Any) -> N
 
 def test_serve_help_is_grouped_and_short() -> None:
     page = help_page(["serve"])
-    assert len(page.splitlines()) < 200
+    assert len(page.splitlines()) < 225  # 200 before the OpenAI front end's group
     headings = [line for line in page.splitlines() if line and not line.startswith(" ")]
     assert headings[1:] == [
         "Arguments:",
@@ -95,6 +95,7 @@ def test_serve_help_is_grouped_and_short() -> None:
         "HTTP front end:",
         "gRPC front end:",
         "Metrics:",
+        "OpenAI front end:",
         "Backends, scheduling and caching:",
         "Logging and tracing:",
         "Options:",

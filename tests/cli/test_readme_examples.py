@@ -7,8 +7,9 @@ The README's convention, which this test reads:
   the same folder for each block (a later command sees the files an earlier one wrote).
 - `tcli serve ...` and `tritonserver ...` start a server, as in another terminal: the test starts it
   in the background on free ports and waits until it is ready; the block's later commands talk to
-  it, and it stops at the block's end. Ports are rewritten consistently: 8000 (HTTP), 8001 (gRPC)
-  and 8002 (metrics) in any command become the server's free ports, a server command without a port
+  it, and it stops at the block's end. Ports are rewritten consistently: 8000 (HTTP), 8001 (gRPC),
+  8002 (metrics) and 9000 (OpenAI) in any command, and `localhost:<port>` in a python file it runs,
+  become the server's free ports, a server command without a port
   flag gets one, and a `tcli model|infer|perf` command without `-u` gets the server's address.
 - `python NAME.py` runs the ```python block written just before the console block, saved as NAME.py.
 - `pip install PATH` installs into the folder's own site-packages (on the path of every later command
@@ -163,12 +164,21 @@ def shell_end(text: str) -> int:
 
 class Ports:
     def __init__(self) -> None:
-        self.http, self.grpc, self.metrics = free_ports(3)
+        self.http, self.grpc, self.metrics, self.openai = free_ports(4)
+
+    def defaults(self) -> tuple[tuple[int, int], ...]:
+        return ((8000, self.http), (8001, self.grpc), (8002, self.metrics), (9000, self.openai))
+
+    def rewrite_python(self, source: str) -> str:
+        """A python example with the README's `localhost:<port>` addresses pointing at this run's."""
+        for default, port in self.defaults():
+            source = source.replace(f"localhost:{default}", f"localhost:{port}")
+        return source
 
     def rewrite(self, text: str) -> str:
         """The command with the README's ports replaced by this run's."""
         text = without_comment(text)
-        for default, port in ((8000, self.http), (8001, self.grpc), (8002, self.metrics)):
+        for default, port in self.defaults():
             text = re.sub(rf"(?<=[:=\s]){default}\b", str(port), text)
         words = text.split()
         if words[0] in ("tritonserver",) or words[:2] == ["tcli", "serve"]:
@@ -307,7 +317,7 @@ def test_readme_example(
     for command in block.commands:
         words = without_comment(command.text).split()
         if words[0] == "python" and words[1].endswith(".py") and block.python is not None:
-            (folder / words[1]).write_text(block.python)
+            (folder / words[1]).write_text(ports.rewrite_python(block.python))
         if words[0] == "tritonserver" or words[:2] == ["tcli", "serve"]:
             assert not [line for line in command.expected if line.strip()], (
                 "a server's output is not compared"

@@ -199,3 +199,15 @@ def test_disable_auto_complete_config_needs_a_complete_config(repo: Path) -> Non
         )
         assert result.returncode == 1, flag
         assert "failed to load 'auto'" in result.stderr, result.stderr[-2000:]
+
+
+def test_tritons_openai_front_end_flags_are_accepted() -> None:
+    """A command line written for Triton's OpenAI front end (openai_frontend/main.py) starts tcli:
+    the flags tcli implements are its options, the others named in the warning line."""
+    positional, found = serve_flags.read_extra_flags(
+        ["repo", "--backend", "vllm", "--enable-kserve-frontends", "--tool-call-parser=llama3"]
+    )
+    assert positional == ["repo"]
+    assert found == {"backend": ["vllm"], "enable-kserve-frontends": [""], "tool-call-parser": ["llama3"]}
+    warning = serve_flags.warning_line(found)
+    assert warning is not None and "--backend" in warning and "--tool-call-parser" in warning

@@ -58,7 +58,7 @@ class ServeProcess:
             start_new_session=True,
         )
         self.lines: list[str] = []
-        self.http_port = self.grpc_port = 0
+        self.http_port = self.grpc_port = self.openai_port = 0
         deadline = time.monotonic() + 120
         assert self.process.stdout is not None
         while time.monotonic() < deadline and not self.http_port:
@@ -69,6 +69,8 @@ class ServeProcess:
             match = re.search(r"Started HTTPS? on [\d.]+:(\d+), gRPC(?: \(TLS\))? on [\d.]+:(\d+)", line)
             if match:
                 self.http_port, self.grpc_port = int(match.group(1)), int(match.group(2))
+                openai = re.search(r"OpenAIS? on [\d.]+:(\d+)", line)
+                self.openai_port = int(openai.group(1)) if openai else 0
         if not self.http_port:
             self.stop()
             raise AssertionError("tcli serve did not start:\n" + "".join(self.lines))

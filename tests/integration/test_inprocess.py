@@ -266,6 +266,26 @@ def test_metadata_config_and_statistics_as_over_http(
     assert embedded.models()["densenet_onnx"].version == -1  # in the repository, not loaded
 
 
+def test_custom_metrics_are_reported_with_the_servers(embedded: tritonserver.Server) -> None:
+    family = tritonserver.MetricFamily(tritonserver.MetricKind.COUNTER, "app_requests", "requests seen")
+    counter = tritonserver.Metric(family, labels={"route": "chat"})
+    counter.increment(3)
+    gauge = tritonserver.Metric(tritonserver.MetricFamily(tritonserver.MetricKind.GAUGE, "app_load", "load"))
+    gauge.set_value(0.5)  # the series keeps its family alive, as tritonserver's does
+    assert counter.value == 3 and counter.kind == tritonserver.MetricKind.COUNTER and gauge.value == 0.5
+    text = embedded.metrics()
+    assert 'app_requests{route="chat"} 3' in text and "app_load 0.5" in text
+    assert "# HELP app_requests requests seen" in text
+    with pytest.raises(tritonserver.UnsupportedError, match="COUNTER does not support Set"):
+        counter.set_value(1)
+    with pytest.raises(tritonserver.InvalidArgumentError, match="monotonically by non-negative values"):
+        counter.increment(-1)
+    with pytest.raises(tritonserver.InvalidArgumentError, match="different type"):
+        tritonserver.MetricFamily(tritonserver.MetricKind.GAUGE, "app_requests", "same name, other kind")
+    del counter, family, gauge
+    assert "app_requests" not in embedded.metrics()  # gone with its last holder
+
+
 def test_unload_and_load(embedded: tritonserver.Server) -> None:
     embedded.unload("digits_onnx", wait_until_unloaded=True, timeout=WAIT)
     assert not embedded.model("digits_onnx").ready()

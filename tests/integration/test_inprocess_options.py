@@ -2,7 +2,8 @@
 Options (by name, with its type and default), its errors for values it refuses, its log options acting
 on tcli's log; and an in-process server whose front end cannot bind its port, which stops start-up
 with one of tcli's errors naming the port and option, leaving no model loaded, no process and no
-shared memory behind."""
+shared memory behind; repositories registered and unregistered while it runs (EXPLICIT mode), with
+Triton's errors."""
 
 from __future__ import annotations
 
@@ -272,3 +273,36 @@ def test_the_last_server_started_writes_the_log_until_it_stops(repository: Path,
     assert "successfully loaded 'add_sub'" in first_log.read_text()
     assert second_log.read_text().count("successfully loaded") == 1
     assert tcli_logger.propagate == propagate  # the program's own logging as it was
+
+
+def test_repositories_registered_and_unregistered_while_running(repository: Path, tmp_path: Path) -> None:
+    other = link_repository(tmp_path / "other", ["simple_identity"])
+    server = tritonserver.Server(
+        model_repository=str(repository), model_control_mode=tritonserver.ModelControlMode.EXPLICIT
+    )
+    with server:
+        with pytest.raises(tritonserver.InternalError, match="failed to poll from model repository"):
+            server.load("simple_identity")  # in no repository yet
+        server.register_model_repository(str(other))
+        assert ("simple_identity", -1) in server.models()
+        model = server.load("simple_identity")
+        (response,) = model.infer(inputs={"INPUT0": np.array([["a"]], dtype=object)})
+        assert response.outputs["OUTPUT0"].to_string_array().tolist() == [["a"]]
+        with pytest.raises(tritonserver.AlreadyExistsError, match="has already been registered"):
+            server.register_model_repository(str(other))
+        with pytest.raises(tritonserver.InvalidArgumentError, match="repository not found"):
+            server.register_model_repository(str(tmp_path / "nowhere"))
+        with pytest.raises(tritonserver.UnsupportedError, match="name_mapping"):
+            server.register_model_repository(str(tmp_path), {"simple_identity": "renamed"})
+        server.unregister_model_repository(str(other))
+        assert model.ready()  # loaded models stay loaded, as in Triton
+        server.unload("simple_identity")
+        with pytest.raises(tritonserver.InternalError, match="failed to poll from model repository"):
+            server.load("simple_identity")
+        with pytest.raises(tritonserver.InvalidArgumentError, match="repository not found"):
+            server.unregister_model_repository(str(other))
+    with (
+        tritonserver.Server(model_repository=str(repository)) as polled,  # NONE mode
+        pytest.raises(tritonserver.UnsupportedError, match="model control mode is not EXPLICIT"),
+    ):
+        polled.register_model_repository(str(other))

@@ -6,6 +6,7 @@ shared memory and no process left. The example repository serves beside the mode
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import time
@@ -139,3 +140,20 @@ def test_a_signal_while_the_in_process_server_stops(repo: Path, number: int) -> 
     run.send(number, group=number == signal.SIGINT)
     code, _, err = run.finish()
     assert code == (130 if number == signal.SIGINT else -number), err[-3000:]
+
+
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_the_shutdown_log_ends_with_the_models_unloaded(repo: Path, number: int) -> None:
+    """As tritonserver's: each model version loaded is logged unloaded in Triton's words (its qa
+    counts "successfully unloaded" lines), and the last line says that the server stopped."""
+    run, _ = _run(serve_command(repo), repo, "")
+    run.wait_for(lambda: STARTED in run.output(), "started")
+    run.send(number, group=number == signal.SIGINT)
+    code, out, err = run.finish()
+    assert code == 0, err[-3000:]
+    log = out + err
+    loaded = re.findall(r"successfully loaded '([^']+)' version (\d+)", log)
+    unloaded = re.findall(r"successfully unloaded '([^']+)' version (\d+)", log)
+    assert loaded and sorted(unloaded) == sorted(loaded), log[-3000:]
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert last.endswith(f"server stopped: {len(loaded)} model versions unloaded"), err[-3000:]

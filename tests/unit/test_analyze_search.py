@@ -163,7 +163,7 @@ def test_checkpoint_keeps_what_was_measured_and_refuses_another_analysis(tmp_pat
 
 
 def test_a_sweep_is_flat_after_two_levels_that_do_not_rise() -> None:
-    from tcli.analyze.measure import _flat
+    from tcli.analyze.sweep import flat as _flat
 
     def levels(*throughputs: float) -> list[Level]:
         return [Level(2**k, value, 1.0, 1.0) for k, value in enumerate(throughputs)]
@@ -218,3 +218,112 @@ def test_time_left_is_the_average_config_times_those_left() -> None:
     assert time_left({"measured": 2, "spent": 60.0, "started": None}, 8, 2) == "0:03:00"
     # from the checkpoint: completed configs count as done, the average stays the measured ones'
     assert time_left({"measured": 1, "spent": 45.0, "started": None}, 4, 3) == "0:00:45"
+
+
+class SimulatedLoad:
+    """A profiler stand-in for sweep.py: a config that serves `rate` infer/s per request in flight up
+    to `cap`, its p99 the time a request waits in line (Little's law) plus 20%; `stall` levels
+    measure a stalled window once (p99 x 4)."""
+
+    def __init__(self, rate: float, cap: float, stall: tuple[int, ...] = ()) -> None:
+        self.rate, self.cap, self.stall = rate, cap, set(stall)
+        self.measured: list[int] = []
+
+    def measure(self, concurrency: int):  # type: ignore[no-untyped-def]
+        from types import SimpleNamespace
+
+        self.measured.append(concurrency)
+        throughput = min(self.rate * concurrency, self.cap)
+        p99_ms = 1.2 * 1000 * concurrency / throughput
+        if concurrency in self.stall:
+            self.stall.discard(concurrency)
+            p99_ms *= 4
+        return SimpleNamespace(
+            interrupted=False,
+            stable=True,
+            client=SimpleNamespace(infer_per_sec=throughput),
+            latency=SimpleNamespace(percentiles_ns={50: int(p99_ms * 5e5), 99: int(p99_ms * 1e6)}),
+        )
+
+
+LEVELS = [1, 2, 4, 8, 16, 32, 64]
+
+
+def test_a_sweep_without_a_lead_climbs_from_one_to_the_budget() -> None:
+    from tcli.analyze.sweep import Sweep
+
+    load = SimulatedLoad(rate=300, cap=2000)  # p99 over 20 ms from concurrency 64 (38 ms)
+    levels = Sweep(load, Constraints(latency_budget_ms=20), stop_when_flat=False).run(LEVELS)  # type: ignore[arg-type]
+    assert load.measured == [1, 2, 4, 8, 16, 32, 64, 64]  # the level over the budget measured twice
+    assert [level.concurrency for level in levels] == LEVELS
+    assert levels[-2].p99_ms <= 20 < levels[-1].p99_ms
+
+
+def test_a_sweep_with_a_lead_starts_at_the_leads_concurrency() -> None:
+    from tcli.analyze.sweep import Lead, Sweep
+
+    load = SimulatedLoad(rate=300, cap=2000)
+    lead = Lead(concurrency=16, throughput=1500.0)
+    levels = Sweep(load, Constraints(latency_budget_ms=20), False, lead).run(LEVELS)  # type: ignore[arg-type]
+    # nothing below the lead's load (it serves less); the level over the budget could beat the lead
+    # (2000/s), so it is measured once more before the sweep ends there
+    assert load.measured == [16, 32, 64, 64]
+    assert [level.concurrency for level in levels] == [16, 32, 64]
+
+
+def test_a_sweep_over_the_budget_at_the_leads_load_steps_down_to_it() -> None:
+    from tcli.analyze.sweep import Lead, Sweep
+
+    load = SimulatedLoad(rate=300, cap=400)  # saturated from concurrency 2: p99 3 ms per request in flight
+    lead = Lead(concurrency=64, throughput=4000.0)
+    levels = Sweep(load, Constraints(latency_budget_ms=20), False, lead).run(LEVELS)  # type: ignore[arg-type]
+    # 64 in flight: p99 192 ms, and p50 96 ms: no stall's, so not measured again; Little's law puts
+    # the budget near 6 in flight, 4 levels down: it steps down 2 at a time (16: p99 48 ms), then 4
+    assert load.measured == [64, 16, 4]
+    assert [level.concurrency for level in levels] == [4, 16, 64]
+    assert levels[0].p99_ms <= 20 < levels[1].p99_ms
+
+
+def test_a_stalled_window_does_not_end_a_sweep_that_could_win() -> None:
+    from tcli.analyze.sweep import Lead, Sweep
+
+    load = SimulatedLoad(rate=200, cap=8000, stall=(32,))
+    lead = Lead(concurrency=16, throughput=3000.0)
+    levels = Sweep(load, Constraints(latency_budget_ms=20), False, lead).run(LEVELS)  # type: ignore[arg-type]
+    assert load.measured[:3] == [16, 32, 32]  # measured again: the second is within the budget
+    assert max(lv.concurrency for lv in levels if lv.p99_ms <= 20) >= 32
+
+
+def test_a_level_over_the_budget_that_cannot_win_is_not_measured_again() -> None:
+    from tcli.analyze.sweep import Lead, Sweep
+
+    load = SimulatedLoad(rate=100, cap=1000)  # p99 19.2 ms at 16, 38.4 ms (p50 19.2) at 32
+    lead = Lead(concurrency=16, throughput=5000.0)
+    levels = Sweep(load, Constraints(latency_budget_ms=20), False, lead).run(LEVELS)  # type: ignore[arg-type]
+    # within the budget, 32 in flight would serve at most twice 16's 1000/s: short of tying 5000/s
+    assert load.measured == [16, 32]
+    assert [level.concurrency for level in levels] == [16, 32]
+
+
+def test_a_quick_sweep_starts_where_the_best_config_so_far_peaked() -> None:
+    from rich.console import Console
+
+    from tcli.analyze.measure import InputOptions, MeasureOptions
+    from tcli.analyze.session import Plan, Session
+    from tcli.analyze.sweep import Lead
+
+    def session(mode: str = "quick", objective: str = "throughput") -> Session:
+        constraints = Constraints(latency_budget_ms=20, objective=objective)
+        plan = Plan(
+            "m", mode, constraints, MeasureOptions(max_concurrency=64), Bounds(), InputOptions(), None
+        )
+        return Session(plan, Console(), Console())
+
+    base = Candidate(1, 8, True)
+    best = Measured(
+        Candidate(2, 8, True), [Level(16, 1000.0, 5, 10), Level(32, 1500.0, 9, 18), Level(64, 1600.0, 20, 40)]
+    )
+    assert session()._lead([best], base) == Lead(32, 1500.0)  # its best point within the budget
+    assert session()._lead([], base) == Lead(8, 0.0)  # nothing yet: the middle of 1, 2, ... 64
+    assert session("brute")._lead([best], base) is None  # brute sweeps start at 1
+    assert session(objective="latency")._lead([best], base) is None  # the lowest p99 is at low loads

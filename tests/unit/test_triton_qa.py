@@ -1,8 +1,17 @@
-"""benchmarks/triton_qa.py's python_test: the part of L0_backend_python/test.sh it runs."""
+"""benchmarks/triton_qa.py's python_test: the part of L0_backend_python/test.sh it runs; L0_python_api's
+folder as the runner lays it out: core's test files beside the qa's, and the `tritonserver` and
+`tritonfrontend` its clients import being tcli's."""
 
 from __future__ import annotations
 
-from benchmarks.triton_qa import _example_runs, _python_test_script
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.triton_qa import _example_runs, _python_api, _python_test_script
 
 # shaped as Triton's top-level test.sh: header, interpreter checks, models, one client run, more servers
 TEST_SH = """\
@@ -54,3 +63,32 @@ def test_each_example_run_is_a_case_failed_by_its_own_failure_message() -> None:
         ("examples_jax", "failed"),
         ("examples_model_instance_kind", "passed"),
     ]
+
+
+def test_python_api_gets_cores_tests_and_tcli_under_tritons_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = tmp_path / "core" / "python" / "test"
+    (core / "test_api_models" / "test").mkdir(parents=True)
+    (core / "test_api.py").write_text("# core's")
+    monkeypatch.setenv("TRITON_QA_CORE", str(tmp_path / "core"))
+    suite = tmp_path / "L0_python_api"
+    suite.mkdir()
+    _python_api(suite, "tcli")
+    assert (suite / "test_api.py").read_text() == "# core's" and (suite / "test_api_models" / "test").is_dir()
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    probe = "import tritonserver, tritonfrontend; print(tritonserver.MemoryAllocator.__module__, tritonfrontend.KServeHttp.Server.__name__)"
+    answer = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=suite,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert answer.stdout.split() == ["tcli.inprocess._allocators", "KServeHttp"]
+    other = tmp_path / "triton_side"
+    other.mkdir()
+    _python_api(other, "triton")  # real Triton's own packages, were they installed
+    assert not (other / "tritonserver.py").exists()

@@ -146,6 +146,9 @@ class _Refused:
     def on_reset(self) -> None:
         pass
 
+    def cancel(self) -> None:
+        pass
+
 
 _REFUSED = _Refused()
 
@@ -381,6 +384,10 @@ class Call:
         """The transport ends the call: status out, handler cancelled."""
         self._finish(code, details)
         self._stop()
+
+    def cancel(self) -> None:
+        """The server ends the call (it is shutting down): CANCELLED, as grpc's servers say it."""
+        self._fail(grpc.StatusCode.CANCELLED, "CANCELLED")
 
     def _expired(self) -> None:
         self._timer = None

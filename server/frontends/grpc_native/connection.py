@@ -36,6 +36,7 @@ class Call(Protocol):
     def on_data(self, data: bytes | bytearray) -> None: ...
     def on_end(self) -> None: ...  # the client half-closed the stream
     def on_reset(self) -> None: ...  # the stream was reset or the connection is gone
+    def cancel(self) -> None: ...  # the server ends the call (it is shutting down)
 
 
 class Stream(h2.Stream):
@@ -206,6 +207,13 @@ class Connection(h2.Endpoint[Stream], asyncio.Protocol):
         self._write(f.goaway(self._highest_stream, f.NO_ERROR))
         if not self.streams:
             self.close()
+
+    def cancel_calls(self) -> None:
+        """End every call still open with CANCELLED, as a gRPC server shutting down ends them (the
+        client reads a status, not a dropped connection)."""
+        for stream in list(self.streams.values()):
+            if stream.call is not None:
+                stream.call.cancel()
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:

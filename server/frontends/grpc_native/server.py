@@ -1,6 +1,6 @@
 """Listening: the native gRPC server on the running event loop, a sweep closing connections that
 stall mid-frame, and its graceful shutdown (GOAWAY to every client, calls in flight finish for up to
-`grace` seconds, then connections close)."""
+`grace` seconds, then the calls still open end CANCELLED and connections close)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ class NativeGrpcServerHandle:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closed.wait(), deadline - asyncio.get_running_loop().time())
         for connection in list(self.connections):  # calls still running after the grace are cancelled
+            connection.cancel_calls()
             connection.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.server.wait_closed(), 1.0)
