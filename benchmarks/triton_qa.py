@@ -17,6 +17,8 @@ these adaptations are made around them:
 - `pip`/`pip3` on PATH do nothing (the qa swaps torch builds: never in the project's venv), and
   `git clone .../python_backend` copies a local checkout of triton-inference-server/python_backend;
 - `python3` and `pytest` are this interpreter's (pytest and torch come from the project's venv);
+- the qa's tritonclient (2.51) finds its shared-memory library through `pkg_resources`, which
+  current setuptools lacks: the clients get a one-function stand-in when it is missing;
 - the qa's shared-memory leak probe is skipped, as the qa skips it on Jetson and Windows: it needs
   `triton_shm_monitor`, a module built with Triton's python backend, reading Triton's own regions.
 
@@ -29,8 +31,12 @@ counts too (a sitecustomize on the clients' path records it, and ends a case sti
 same time limit). ADAPT names what is changed around a suite, on both servers alike, where a case
 needs what neither server has here; for all suites, Triton's C++ `identity` backend is a python-based
 backend of the same name in $TRITON_DIR/backends (input i returned as output i, after the config's
-`execute_delay_ms`). L0_python_api needs core's python/test files beside it, as Triton's CI puts them
-there: `--core` names a checkout of triton-inference-server/core (`git archive r24.10 python/test`);
+`execute_delay_ms`). tcli's server allows client shared memory (`--allow-client-shm=true`), as 2.51
+always did. Adapted suites: L0_request_cancellation (its C++ unit test binary, built against Triton's
+core library, left out on both), L0_decoupled (its models laid out as Triton's QA image does,
+python_backend's decoupled examples standing in for the C++ repeat and square backends) and
+L0_shared_memory (Triton's TF `simple` example as a python model). L0_python_api needs core's
+python/test files beside it, as Triton's CI puts them there: `--core` names a checkout of triton-inference-server/core (`git archive r24.10 python/test`);
 on tcli its clients' `tritonserver` and `tritonfrontend` are tcli.inprocess and tcli.frontend.
 
 A case is a pytest test (every pytest run of the subtest, recorded by a small plugin; a test run twice
@@ -225,6 +231,16 @@ def _timed_run(self, result=None):
 unittest.TestCase.run = _timed_run
 """
 
+# the qa's tritonclient (2.51) finds its shared-memory library with pkg_resources, which current
+# setuptools no longer has: the one function it calls, for the clients
+_PKG_RESOURCES = """
+import importlib.resources
+
+
+def resource_filename(package, resource):
+    return str(importlib.resources.files(package) / resource)
+"""
+
 _PIP = """#!/bin/sh
 echo "triton_qa: skipped: pip $*" >&2
 """
@@ -398,6 +414,70 @@ def _model_config_adaptations(qa_suite: Path, server: str) -> None:
     (repeat / "model.py").write_text(_REPEAT_BACKEND)
 
 
+def _no_cancellation_unit_test(suite: Path, server: str) -> None:
+    """L0_request_cancellation's first block runs request_cancellation_test, a C++ unit test binary
+    built against Triton's core library (libtritonserver.so), which neither server has here: it is
+    left out on both, a stand-in saying so (its gRPC, scheduler and implicit-state blocks still run)."""
+    stand_in = suite / "request_cancellation_test"
+    stand_in.write_text(
+        "#!/bin/sh\necho 'triton_qa: left out: request_cancellation_test, a C++ unit test of Triton core'\n"
+    )
+    stand_in.chmod(0o755)
+
+
+def _decoupled_python_models(suite: Path, server: str) -> None:
+    """L0_decoupled's models as Triton's QA image lays them out (Dockerfile.QA): each model's version
+    folder 1, and python_models, the python trial's repository, is `models` plus python_backend's
+    decoupled examples as repeat_int32 and square_int32. The custom trial's repeat_int32 and square_int32 are Triton's C++ repeat and
+    square backends, which neither server has here: the same python examples stand in for them (so
+    NonDecoupledTest, which turns repeat_int32's decoupled policy off, fails on both: the python
+    example refuses to load without it)."""
+    examples = Path(os.environ["TRITON_QA_PYTHON_BACKEND"]) / "examples" / "decoupled"
+    for model in (suite / "models").iterdir():  # the image makes each model's version folder
+        (model / "1").mkdir(exist_ok=True)
+    shutil.copytree(suite / "models", suite / "python_models")
+    for repository in (suite / "python_models", suite / "models"):
+        for model in ("repeat", "square"):
+            folder = repository / f"{model}_int32"
+            (folder / "1").mkdir(parents=True, exist_ok=True)
+            shutil.copy(examples / f"{model}_model.py", folder / "1" / "model.py")
+            shutil.copy(examples / f"{model}_config.pbtxt", folder / "config.pbtxt")
+
+
+# Triton's TF `simple` example (docs/examples/model_repository/simple: INT32 [16] sum and difference,
+# max_batch_size 8), which neither server loads here, as a python model
+_SIMPLE_CONFIG = """
+name: "simple"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+"""
+_SIMPLE_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
+        return responses
+"""
+
+
+def _shared_memory_simple(suite: Path, server: str) -> None:
+    """L0_shared_memory's `models/simple`, which Triton's QA image copies from its TF example: the
+    same model in python (see _SIMPLE_MODEL)."""
+    folder = suite / "models" / "simple"
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(_SIMPLE_CONFIG)
+    (folder / "1" / "model.py").write_text(_SIMPLE_MODEL)
+
+
 def _python_api(suite: Path, server: str) -> None:
     """L0_python_api: core's python/test files (test_api.py, test_binding.py, test_api_models) beside
     the qa's, as Triton's CI copies them there, from the core checkout `--core` names; on tcli, the
@@ -419,6 +499,9 @@ ADAPT: dict[str, Callable[[Path, str], None]] = {
     "L0_lifecycle": _lifecycle_without_tf_trt,
     "L0_python_api": _python_api,
     "L0_model_config": _model_config_adaptations,
+    "L0_request_cancellation": _no_cancellation_unit_test,
+    "L0_decoupled": _decoupled_python_models,
+    "L0_shared_memory": _shared_memory_simple,
 }
 GPU_CASES = ("test_gpu_tensor_error", "test_dlpack_tensor_error")  # python_test's CUDA cases
 
@@ -470,6 +553,8 @@ def _server_script(server: str, tcli_path: Path, subtest: str) -> str:
     # tcli takes current Triton's 64 MiB request limit; 2.51, whose qa this is, had none (its
     # growth_error and bls_memory send 1 GiB and 512 MiB to see the shared memory refuse them)
     unlimited = f" --http-max-input-size={TRITON_251_INPUT_LIMIT}"
+    # and 2.51's client shared memory, always on (tcli, as later Triton, asks --allow-client-shm)
+    unlimited += " --allow-client-shm=true"
     return f'#!/bin/bash\nexport PYTHONPATH="{tcli_path}"\nexec "{TCLI_LAUNCHER}" "$@"{flags}{unlimited}\n'
 
 
@@ -507,6 +592,10 @@ def _layout(scratch: Path, checkout: Path, server: str, tcli_path: Path, subtest
     (scratch / "plugin").mkdir()
     (scratch / "plugin" / "_triton_qa_record.py").write_text(_PLUGIN)
     (scratch / "plugin" / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    with contextlib.suppress(ImportError):
+        import pkg_resources  # noqa: F401 - setuptools still has it: the clients use the real one
+    if "pkg_resources" not in sys.modules:
+        (scratch / "plugin" / "pkg_resources.py").write_text(_PKG_RESOURCES)
     if is_suite(subtest):
         (triton_dir / "backends" / "identity").mkdir()
         (triton_dir / "backends" / "identity" / "model.py").write_text(_IDENTITY_BACKEND)
@@ -614,6 +703,7 @@ def run_subtest(
 ) -> Outcome:
     _wait_for_ports()
     scratch = Path(tempfile.mkdtemp(prefix=f"triton_qa_{subtest}_{server}_"))
+    os.environ["TRITON_QA_PYTHON_BACKEND"] = str(python_backend)  # for ADAPT too
     try:
         qa, triton_dir = _layout(scratch, checkout, server, tcli_path, subtest)
         home = qa / "L0_backend_python"

@@ -371,7 +371,7 @@ class Server:
                 allow_client_shm=settings.allow_client_shm,
                 shm_registry=self.shm_registry,
                 restricted=settings.http_restricted_api,
-                header_forward=HeaderForward(settings.http_header_forward_pattern),
+                header_forward=HeaderForward(settings.http_header_forward_pattern, case_insensitive=True),
             )
             handle = await serve_http(
                 app,
@@ -418,7 +418,7 @@ class Server:
                 shm_registry=self.shm_registry,
                 implementation=settings.grpc_implementation,
                 restricted=settings.grpc_restricted_protocol,
-                header_forward=HeaderForward(settings.grpc_header_forward_pattern),
+                header_forward=HeaderForward(settings.grpc_header_forward_pattern, case_insensitive=True),
                 tls=self.grpc_tls,
                 max_message_size=settings.grpc_max_message_size,
                 max_concurrent_streams=settings.grpc_max_concurrent_streams,

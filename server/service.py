@@ -8,7 +8,12 @@ zero, one or many, the others exactly one). Both raise TritonError for a request
 the model (unknown model, bad inputs, sequence errors, a full queue); `infer_stream` yields the
 errors the model answers with, as StreamResponse items, since a decoupled model may go on sending
 after one. A front end hands either the request's `admission` (its model, resolved once), and both
-go through one admission step (`_admit`); BLS and the in-process API leave it to them."""
+go through one admission step (`_admit`); BLS and the in-process API leave it to them.
+
+Long: the facade is one module because every front end call is a method of it; what each call does
+lives elsewhere (the repository manager, the runners, the ensemble schedule). The inference path
+(admission, unary, streamed, an ensemble's and a decoupled ensemble's) reads here from start to end:
+split, its steps' order and error handling would be in several places."""
 
 from __future__ import annotations
 
@@ -277,6 +282,11 @@ class InferenceService:
         if trace is not None:
             trace.started(request.model_name, str(entry.version), request.id, request.inputs)
         if entry.ensemble is not None and rules is not None:
+            if unary and entry.ensemble.decoupled_models:
+                raise unsupported(
+                    f"model '{request.model_name}' is decoupled: its responses can only be streamed "
+                    "(gRPC ModelStreamInfer, HTTP generate_stream)"
+                )
             rules.check(request)
             if trace is not None:
                 trace.stamp(QUEUE_START)
@@ -365,6 +375,23 @@ class InferenceService:
         is_cancelled() from then on. `admission` is the front end's, when it took one."""
         model, entry = self._admit(request, admission, False)
         trace = request.trace
+        if entry.ensemble is not None and entry.ensemble.decoupled_models:
+            responses = entry.ensemble.stream(request, self.infer, self.infer_stream, str(entry.version))
+            try:
+                async for response in responses:
+                    response = self._finish(model, request, response)
+                    if trace is not None:
+                        trace.responded(response.outputs)
+                    yield StreamResponse(response, None, False)
+            except TritonError as error:
+                yield StreamResponse(None, error, True)
+                return
+            finally:
+                await responses.aclose()
+                if trace is not None:
+                    trace.ended()
+            yield StreamResponse(None, None, True)  # the flags-only end, as a decoupled model's
+            return
         if entry.ensemble is not None:
             try:
                 response = await self._run_ensemble(model.config, entry, request)

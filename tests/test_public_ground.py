@@ -67,6 +67,7 @@ DOCUMENTED: dict[str, str] = {
     "prometheus_client": "https://prometheus.github.io/client_python/",
     "prometheus_client.core": "https://prometheus.github.io/client_python/collector/custom/",
     "psutil": "https://psutil.readthedocs.io/en/latest/",
+    "regex": "https://github.com/mrabarnett/mrab-regex#readme",
     "rich.console": "https://rich.readthedocs.io/en/stable/reference/console.html",
     "rich.live": "https://rich.readthedocs.io/en/stable/reference/live.html",
     "rich.markup": "https://rich.readthedocs.io/en/stable/reference/markup.html",

@@ -60,6 +60,22 @@ def input_order(config_inputs: list[str], forward_arguments: list[str]) -> list[
     return [indexed[i] for i in range(len(config_inputs))]
 
 
+def model_inputs(config: ModelConfig) -> list[str]:
+    """Every tensor forward() is given, as Triton's pytorch backend counts them: the config's inputs,
+    the batch inputs the server makes, and a sequence model's control inputs and implicit state."""
+    names = [i.name for i in config.input]
+    names += [t for b in config.batch_input for t in b.target_name]
+    sequence = config.sequence_batching
+    names += [c.name for c in sequence.control_input]
+    names += [state.input_name for state in sequence.state]
+    return names
+
+
+def model_outputs(config: ModelConfig) -> list[str]:
+    """What forward() returns: the config's outputs and a sequence model's next implicit state."""
+    return [o.name for o in config.output] + [state.output_name for state in config.sequence_batching.state]
+
+
 def output_positions(config_outputs: list[str]) -> dict[str, int]:
     """Position of each config output in what forward() returns: by `<name>__<index>` when every
     output is so named, else by the config's order, as Triton's pytorch backend."""
@@ -103,10 +119,9 @@ class TorchScriptModel(TensorModel):
             ) from None
         self._module.eval()
         arguments = [a.name for a in self._module.forward.schema.arguments[1:]]
-        # batch inputs (config batch_input) are forward() arguments too, made by the server per batch
-        made = [t for b in context.config.batch_input for t in b.target_name]
-        self._inputs = input_order([i.name for i in context.config.input] + made, arguments)
-        self._outputs = output_positions([o.name for o in context.config.output])
+        # batch inputs, sequence controls and state are forward() arguments too, made by the server
+        self._inputs = input_order(model_inputs(context.config), arguments)
+        self._outputs = output_positions(model_outputs(context.config))
 
     def execute(
         self, inputs: dict[str, np.ndarray[Any, Any]], output_names: list[str]
@@ -171,16 +186,17 @@ def check_model_file(config: ModelConfig, model_file: Path, found: FileFindings)
         )
         return
     arguments = [a.name for a in module.forward.schema.arguments[1:]]
-    if len(arguments) != len(config.input):
+    expected = model_inputs(config)
+    if len(arguments) != len(expected):
         found.error(
-            f"unable to load model '{config.name}', configuration expects {len(config.input)} inputs, "
+            f"unable to load model '{config.name}', configuration expects {len(expected)} inputs, "
             f"model provides {len(arguments)}",
             f"the model's forward() takes ({', '.join(arguments)}): list that many inputs, named "
             "INPUT__0, INPUT__1, ... or after the forward() arguments",
             ("input",),
         )
         return
-    names = [tensor.name for tensor in config.input]
+    names = expected
     if not all(name in arguments for name in names) and _named_indices(names) is None:
         # Triton loads it and feeds the inputs in config order: worth a word, not a refusal
         found.warning(

@@ -41,7 +41,7 @@ from server.protocol import grpc_messages as messages
 from server.protocol.errors import ErrorCode, TritonError, unavailable
 from server.protocol.grpc_parameters import model_version
 from server.protocol.restricted import Restrictions
-from server.protocol.shm import SharedMemoryRegistry
+from server.protocol.shm import SharedMemoryRegistry, ShmSession
 from server.protocol.tensors import SHM_DISABLED, ShmView
 from server.protocol.trace import GRPC_SEND_END, GRPC_SEND_START, GRPC_WAITREAD_END, GRPC_WAITREAD_START
 
@@ -161,9 +161,15 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
             version = ""  # decoding fails with Triton's words for it, before anyone asks the admission
         return self.service.admission(message.model_name, version)
 
-    def _decode(self, message: Any, admission: Admission) -> tuple[InferenceRequest, bool]:
+    def _session(self) -> ShmSession | None:
+        """The shared memory one request uses: its regions are in use until session.release()."""
+        return None if self._shm_view is None else self.shm.session()
+
+    def _decode(
+        self, message: Any, admission: Admission, shm: ShmView | None
+    ) -> tuple[InferenceRequest, bool]:
         try:
-            return codec.decode_infer_request(message, self._shm_view)
+            return codec.decode_infer_request(message, shm)
         except TritonError:
             # as in Triton, a request for a model that is not there says so, whatever else is wrong
             # (but a version it cannot read first)
@@ -174,20 +180,21 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: Any, context: aio.ServicerContext) -> Any:
         waited = time.monotonic_ns() if self.service.tracer.enabled else 0  # GRPC_WAITREAD_START, if traced
         trace = None
+        shm = self._session()
         try:
             admission = self._admission(request)
             if admission.decoupled:
                 raise TritonError(ErrorCode.UNSUPPORTED, DECOUPLED_MODEL_INFER)
-            infer_request, _ = self._decode(request, admission)
+            infer_request, _ = self._decode(request, admission, shm)
             if self.header_forward.enabled:
                 self.header_forward.apply(infer_request, context.invocation_metadata() or ())
             if waited:
                 trace = self._trace(infer_request, context, waited)
             response = await self.service.infer(infer_request, admission)
             if trace is None:
-                return codec.encode_infer_response(response, infer_request.outputs, self._shm_view)
+                return codec.encode_infer_response(response, infer_request.outputs, shm)
             sending = time.monotonic_ns()
-            encoded = codec.encode_infer_response(response, infer_request.outputs, self._shm_view)
+            encoded = codec.encode_infer_response(response, infer_request.outputs, shm)
             trace.sent(GRPC_SEND_START, GRPC_SEND_END, sending)
             return encoded
         except TritonError as error:
@@ -196,6 +203,8 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
             log.exception("unexpected error in ModelInfer")
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
         finally:
+            if shm is not None:
+                shm.release()
             if trace is not None:
                 trace.finish()
 
@@ -213,8 +222,9 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
         """The stream messages answering one ModelInferRequest, as the model sends its responses."""
         waited = time.monotonic_ns() if self.service.tracer.enabled else 0
         trace = None
+        shm = self._session()
         try:
-            request, empty_final = self._decode(message, admission)
+            request, empty_final = self._decode(message, admission, shm)
             if self.header_forward.enabled:
                 self.header_forward.apply(request, context.invocation_metadata() or ())
             if waited:
@@ -223,7 +233,7 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
                 async for item in items:
                     if item.response is not None:
                         sending = 0 if trace is None else time.monotonic_ns()
-                        encoded = codec.encode_infer_response(item.response, request.outputs, self._shm_view)
+                        encoded = codec.encode_infer_response(item.response, request.outputs, shm)
                         if trace is not None:
                             trace.sent(GRPC_SEND_START, GRPC_SEND_END, sending)
                         yield codec.stream_response(encoded, item.final), None
@@ -250,6 +260,8 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
             failure = TritonError(ErrorCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
             yield codec.stream_error(failure.message, message.id), failure
         finally:
+            if shm is not None:
+                shm.release()
             if trace is not None:
                 trace.finish()
 

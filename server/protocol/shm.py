@@ -4,6 +4,10 @@ A client creates `/dev/shm/<key>` (tritonclient.utils.shared_memory), registers 
 (key, offset, byte_size), then names that region in inference requests instead of sending tensor
 bytes. Each region is mapped once with mmap; requests get memoryviews of it, so inputs are read and
 outputs written in place. Messages follow Triton's shared memory manager.
+
+A region is in use from the moment a request names it (decoded through a `session()`) until the
+request's response is written: then it cannot be unregistered, as Triton refuses (its regions are
+held by every request that names them).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from server.protocol.errors import ErrorCode, TritonError, invalid_arg, not_found
+from server.protocol.errors import ErrorCode, TritonError, internal, invalid_arg, not_found
 
 SHM_ROOT = Path("/dev/shm")
 
@@ -28,6 +32,7 @@ class _Region:
     byte_size: int
     mapping: mmap.mmap
     view: memoryview = field(repr=False)
+    users: int = 0  # requests naming it, still answering (see ShmSession)
 
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
@@ -67,8 +72,8 @@ class SharedMemoryRegistry:
             size = os.fstat(fd).st_size
             if offset + byte_size > size or byte_size == 0:
                 raise invalid_arg(
-                    f"Invalid shared memory region: '{key}' (offset {offset} + byte_size {byte_size} does "
-                    f"not fit its {size} bytes)"
+                    f"failed to register shared memory region '{name}': invalid args (offset {offset} + "
+                    f"byte_size {byte_size} do not fit the {size} bytes of '{key}')"
                 )
             try:
                 mapping = mmap.mmap(fd, offset + byte_size)
@@ -80,12 +85,27 @@ class SharedMemoryRegistry:
         self._regions[name] = _Region(name, key, offset, byte_size, mapping, view)
 
     def unregister(self, name: str = "") -> None:
-        """One region, or all of them when `name` is empty; unknown names are not an error."""
-        names = [name] if name else list(self._regions)
-        for region_name in names:
-            region = self._regions.pop(region_name, None)
+        """One region, or all of them when `name` is empty; unknown names are not an error. A region a
+        request still uses stays (Triton's words): all the others go even when one stays."""
+        if name:
+            region = self._regions.get(name)
+            if region is not None and region.users:
+                raise internal(f"Cannot unregister shared memory region '{name}', it is currently in use.")
             if region is not None:
+                del self._regions[name]
                 region.close()
+            return
+        in_use = [region_name for region_name, region in self._regions.items() if region.users]
+        for region_name in [n for n in self._regions if n not in in_use]:
+            self._regions.pop(region_name).close()
+        if in_use:
+            listed = "".join(f"{region_name} ," for region_name in in_use)
+            raise internal(f"Failed to unregister the following system shared memory regions: {listed}")
+
+    def session(self) -> ShmSession:
+        """The shared memory one request reads and writes: the regions it names are in use until
+        the session's release()."""
+        return ShmSession(self)
 
     def status(self, name: str = "") -> list[dict[str, Any]]:
         if not name:
@@ -107,4 +127,29 @@ class SharedMemoryRegistry:
         return region.view[offset : offset + byte_size]
 
     def close(self) -> None:
+        for region in self._regions.values():
+            region.users = 0  # the server stops: no request answers any more
         self.unregister()
+
+
+class ShmSession:
+    """A ShmView for one request: each region it names is held (in use) until release()."""
+
+    __slots__ = ("_held", "_registry")
+
+    def __init__(self, registry: SharedMemoryRegistry) -> None:
+        self._registry = registry
+        self._held: list[_Region] = []
+
+    def __call__(self, name: str, offset: int, byte_size: int) -> memoryview:
+        view = self._registry.view(name, offset, byte_size)
+        region = self._registry._regions[name]
+        if not any(held is region for held in self._held):
+            region.users += 1
+            self._held.append(region)
+        return view
+
+    def release(self) -> None:
+        for region in self._held:
+            region.users -= 1
+        self._held.clear()

@@ -640,6 +640,7 @@ class ModelManager:
             self._ensembles_loading[config.name] = set(schedule.composing_models())
         composing: dict[str, ModelConfig] = {}
         loaded: dict[str, list[int]] = {}
+        decoupled: set[str] = set()
         for dependency in schedule.composing_models():
             with self._model_lock(dependency):  # waits for a load of it already under way
                 model = self._models.get(dependency)
@@ -654,19 +655,21 @@ class ModelManager:
                     f"Invalid argument: ensemble '{config.name}' depends on '{dependency}' which has no loaded version",
                 )
             step_config = model.config
-            if (
-                config.response_cache.enable
-                and step_config
-                and step_config.model_transaction_policy.decoupled
-            ):
-                refusal = response_cache_refusal(config.name, True, False)
-                return VersionEntry(version, ModelState.UNAVAILABLE, f"Invalid argument: {refusal}")
+            if step_config is not None and step_config.model_transaction_policy.decoupled:
+                if config.response_cache.enable:
+                    refusal = response_cache_refusal(config.name, True, False)
+                    return VersionEntry(version, ModelState.UNAVAILABLE, f"Invalid argument: {refusal}")
+                decoupled.add(dependency)
             if step_config is not None:
                 composing[dependency] = step_config
             loaded[dependency] = model.ready_versions()
         refusal = ensemble_deps.version_error(config, loaded) or ensemble_error(config, composing)
         if refusal is not None:
             return VersionEntry(version, ModelState.UNAVAILABLE, f"Invalid argument: {refusal}")
+        # a decoupled step makes the ensemble decoupled, as Triton marks its config
+        schedule.decoupled_models = frozenset(decoupled)
+        if decoupled:
+            config.model_transaction_policy.decoupled = True
         return VersionEntry(version, ModelState.READY, ensemble=schedule)
 
     def _steps_of(self, name: str) -> list[str]:

@@ -42,18 +42,20 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from server.backends.base import NotStarted
-from server.protocol.errors import ErrorCode, TritonError, client_cancelled, internal, unavailable
-from server.scheduling.work import WorkItem, drop_cancelled
+from server.protocol.errors import ErrorCode, TritonError, internal, unavailable
+from server.scheduling.work import WorkItem, answer_cancelled, drop_cancelled
 
 if TYPE_CHECKING:
     from server.backends.base import LoopRequestModel, ResponseChannel
     from server.protocol.types import InferenceRequest, InferenceResponse
+    from server.scheduling.stats import ModelStats
 
 
 class Runner(Protocol):
     """What the dispatcher needs of its ModelRunner."""
 
     batched: bool
+    stats: ModelStats  # requests cancelled while queued count there
 
     def begin(self, batch: list[WorkItem], index: int) -> tuple[int, list[ResponseChannel]]: ...
 
@@ -132,7 +134,7 @@ class LoopDispatcher:
             else:
                 self._queue_behind()
                 return  # the next completion calls again
-            batch = drop_cancelled(self.waiting.popleft())
+            batch = drop_cancelled(self.waiting.popleft(), self._runner.stats)
             if not batch:  # its clients went away while it waited
                 self._busy[index].release()
                 continue
@@ -149,7 +151,7 @@ class LoopDispatcher:
                 continue
             if not self._instances[index].can_queue([item.request for item in self.waiting[0]]):
                 continue
-            batch = drop_cancelled(self.waiting.popleft())
+            batch = drop_cancelled(self.waiting.popleft(), self._runner.stats)
             if batch:
                 self._start(index, batch)
 
@@ -204,8 +206,7 @@ class LoopDispatcher:
         if all(_dropped(item, result) for item, result in zip(sent.batch, results, strict=True)):
             # every client left before the instance ran it: no execution to count, as drop_cancelled
             self._release(index)
-            for item in sent.batch:
-                item.complete(client_cancelled())
+            answer_cancelled(sent.batch, self._runner.stats)
             return
         if ahead and out:  # the instance goes on to the batch sent behind this one
             following, now = out[0], time.monotonic_ns()

@@ -1,15 +1,21 @@
 """Ensemble scheduling (`platform: "ensemble"`): a DAG of steps over named tensors. A step runs as soon
 as every tensor it reads exists; independent steps run concurrently. Each step is an ordinary request
 to its composing model, so batching, instances and statistics apply there as usual. An exception of
-tcli's own while running one is answered as a tcli bug and logged here, once, with its traceback."""
+tcli's own while running one is answered as a tcli bug and logged here, once, with its traceback.
+
+A step whose model is decoupled (a decoupled model, or an ensemble with one) makes the ensemble
+decoupled, as Triton marks it: it is streamed (`stream`), and each response of that step carries the
+ensemble on by itself, through the steps after it, to a response of the ensemble (none when the step
+sends none). One response's steps finish before the next response's start, so the ensemble's
+responses come in the order of the step's."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
 
 from server.backends.base import tcli_bug
 from server.protocol.errors import TritonError, internal
@@ -22,6 +28,18 @@ if TYPE_CHECKING:
     from server.scheduling.stats import ModelStats
 
 Infer = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
+
+
+class StreamItem(Protocol):
+    """One item of the service's infer_stream: a response, an error, or neither (the final flag)."""
+
+    response: InferenceResponse | None
+    error: TritonError | None
+
+
+# a decoupled step's request -> its items as the model sends them
+InferStream = Callable[[InferenceRequest], AsyncGenerator[StreamItem, None]]
+Tensors = dict[str, "Tensor | None"]
 
 _LOG = logging.getLogger("tcli.scheduling")
 
@@ -46,6 +64,9 @@ class EnsembleSchedule:
         ]
         self.outputs = [o.name for o in config.output]
         self.optional_inputs = frozenset(i.name for i in config.input if i.optional)
+        self.batched = config.max_batch_size > 0
+        # the composing models that are decoupled, as the repository manager finds them at load
+        self.decoupled_models: frozenset[str] = frozenset()
 
     def composing_models(self) -> list[str]:
         return list(dict.fromkeys(model for model, _, _, _ in self.steps))
@@ -68,10 +89,113 @@ class EnsembleSchedule:
                 exc_info=exc,
             )
             raise tcli_bug(exc) from None
-        rows = request.batch_size(True) if request.inputs and request.inputs[0].shape else 1
+        rows = request.batch_size(self.batched)
         total = time.monotonic_ns() - start
         self.stats.record_success(rows, total, 0, 0, total, 0)
+        # as Triton counts an ensemble: each request one execution of its own batch size
+        self.stats.record_execution(rows, 0, total, 0)
         return response
+
+    async def stream(
+        self, request: InferenceRequest, infer: Infer, infer_stream: InferStream, version: str
+    ) -> AsyncGenerator[InferenceResponse, None]:
+        """The responses of a decoupled ensemble (see the module's docstring), as its steps send them."""
+        start = time.monotonic_ns()
+        tensors: Tensors = {name: None for name in self.optional_inputs}
+        tensors.update((t.name, t) for t in request.inputs)
+        passed = {k: v for k, v in request.parameters.items() if k not in _FRONT_END_ONLY}
+        branches = self._branches(tensors, list(range(len(self.steps))), request, passed, infer, infer_stream)
+        try:
+            async for produced in branches:
+                yield self._response(produced, request, version)
+        except TritonError:
+            self.stats.record_failure(time.monotonic_ns() - start, "BACKEND")
+            raise
+        finally:
+            await branches.aclose()
+        rows = request.batch_size(self.batched)
+        total = time.monotonic_ns() - start
+        self.stats.record_success(rows, total, 0, 0, total, 0)
+        self.stats.record_execution(rows, 0, total, 0)
+
+    async def _branches(
+        self,
+        tensors: Tensors,
+        pending: list[int],
+        request: InferenceRequest,
+        passed: dict[str, object],
+        infer: Infer,
+        infer_stream: InferStream,
+    ) -> AsyncGenerator[Tensors, None]:
+        """The tensors once every step in `pending` ran, once per response of a decoupled step."""
+        tensors = dict(tensors)  # this branch's own: a decoupled step's responses each start one
+        while pending:
+            ready = self._ready(tensors, pending)
+            plain = [i for i in ready if self.steps[i][0] not in self.decoupled_models]
+            if plain:
+                results = await asyncio.gather(
+                    *(self._step(i, tensors, request.id, passed, infer, request.trace) for i in plain)
+                )
+                for produced in results:
+                    tensors.update(produced)
+                pending = [i for i in pending if i not in plain]
+                continue
+            index, rest = ready[0], [i for i in pending if i != ready[0]]
+            responses = self._stream_step(index, tensors, request.id, passed, infer_stream)
+            try:
+                async for produced in responses:
+                    branch = self._branches(
+                        {**tensors, **produced}, rest, request, passed, infer, infer_stream
+                    )
+                    try:
+                        async for done in branch:
+                            yield done
+                    finally:
+                        await branch.aclose()
+            finally:
+                await responses.aclose()
+            return
+        yield tensors
+
+    def _ready(self, tensors: Tensors, pending: list[int]) -> list[int]:
+        ready = [i for i in pending if all(t in tensors for t in self.steps[i][2].values())]
+        if not ready:
+            missing = sorted({t for i in pending for t in self.steps[i][2].values() if t not in tensors})
+            raise internal(
+                f"ensemble '{self.name}' cannot run: tensors {', '.join(missing)} are never produced"
+            )
+        return ready
+
+    async def _stream_step(
+        self,
+        index: int,
+        tensors: Tensors,
+        request_id: str,
+        parameters: dict[str, object],
+        infer_stream: InferStream,
+    ) -> AsyncGenerator[Tensors, None]:
+        """A decoupled step's outputs, response by response."""
+        model, _, _, output_map = self.steps[index]
+        responses = infer_stream(self._step_request(index, tensors, request_id, parameters))
+        try:
+            async for item in responses:
+                if item.error is not None:  # the step's request failed: so does the ensemble's
+                    raise item.error
+                if item.response is not None:
+                    yield self._produced(output_map, item.response)
+        except TritonError as error:
+            raise TritonError(
+                error.code, f"in ensemble '{self.name}', step {index} ({model}): {error.message}"
+            ) from None
+        finally:
+            await responses.aclose()
+
+    def _response(self, tensors: Tensors, request: InferenceRequest, version: str) -> InferenceResponse:
+        wanted = [o.name for o in request.outputs] or self.outputs
+        outputs = [
+            tensor for name in self.outputs if name in wanted and (tensor := tensors.get(name)) is not None
+        ]
+        return InferenceResponse(self.name, version, request.id, outputs)
 
     async def _run(self, request: InferenceRequest, infer: Infer, version: str) -> InferenceResponse:
         # None stands for a tensor that will not come: an optional input the client left out, or an
@@ -82,23 +206,41 @@ class EnsembleSchedule:
         pending = list(range(len(self.steps)))
         passed = {k: v for k, v in request.parameters.items() if k not in _FRONT_END_ONLY}
         while pending:
-            ready = [i for i in pending if all(t in tensors for t in self.steps[i][2].values())]
-            if not ready:
-                missing = sorted({t for i in pending for t in self.steps[i][2].values() if t not in tensors})
-                raise internal(
-                    f"ensemble '{self.name}' cannot run: tensors {', '.join(missing)} are never produced"
-                )
+            ready = self._ready(tensors, pending)
             results = await asyncio.gather(
                 *(self._step(i, tensors, request.id, passed, infer, request.trace) for i in ready)
             )
             for produced in results:
                 tensors.update(produced)
             pending = [i for i in pending if i not in ready]
-        wanted = [o.name for o in request.outputs] or self.outputs
-        outputs = [
-            tensor for name in self.outputs if name in wanted and (tensor := tensors.get(name)) is not None
+        return self._response(tensors, request, version)
+
+    def _step_request(
+        self, index: int, tensors: Tensors, request_id: str, parameters: dict[str, object]
+    ) -> InferenceRequest:
+        model, model_version, input_map, output_map = self.steps[index]
+        inputs = [
+            Tensor(model_input, tensor.datatype, tensor.shape, tensor.data)
+            for model_input, name in input_map.items()
+            if (tensor := tensors[name]) is not None
         ]
-        return InferenceResponse(self.name, version, request.id, outputs)
+        return InferenceRequest(
+            model,
+            model_version,
+            request_id,
+            inputs,
+            [RequestedOutput(o) for o in output_map],
+            dict(parameters),
+        )
+
+    @staticmethod
+    def _produced(output_map: dict[str, str], response: InferenceResponse) -> Tensors:
+        produced: Tensors = dict.fromkeys(output_map.values())  # None: not returned
+        for tensor in response.outputs:
+            name = output_map.get(tensor.name)
+            if name is not None:
+                produced[name] = Tensor(name, tensor.datatype, tensor.shape, tensor.data)
+        return produced
 
     async def _step(
         self,
@@ -109,20 +251,8 @@ class EnsembleSchedule:
         infer: Infer,
         trace: Trace | None,
     ) -> dict[str, Tensor | None]:
-        model, model_version, input_map, output_map = self.steps[index]
-        inputs = [
-            Tensor(model_input, tensor.datatype, tensor.shape, tensor.data)
-            for model_input, name in input_map.items()
-            if (tensor := tensors[name]) is not None
-        ]
-        step_request = InferenceRequest(
-            model,
-            model_version,
-            request_id,
-            inputs,
-            [RequestedOutput(o) for o in output_map],
-            dict(parameters),
-        )
+        model, _, _, output_map = self.steps[index]
+        step_request = self._step_request(index, tensors, request_id, parameters)
         if trace is not None:  # each step's request is traced as the ensemble's child
             step_request.trace = trace.child()
         try:
@@ -131,9 +261,4 @@ class EnsembleSchedule:
             raise TritonError(
                 error.code, f"in ensemble '{self.name}', step {index} ({model}): {error.message}"
             ) from None
-        produced: dict[str, Tensor | None] = dict.fromkeys(output_map.values())  # None: not returned
-        for tensor in response.outputs:
-            name = output_map.get(tensor.name)
-            if name is not None:
-                produced[name] = Tensor(name, tensor.datatype, tensor.shape, tensor.data)
-        return produced
+        return self._produced(output_map, response)

@@ -126,6 +126,7 @@ class ModelRunner:
         self.batched = context.config.max_batch_size > 0
         self.stats = stats
         self.scheduler = scheduler or make_scheduler(context.config, context.model_dir)
+        self.scheduler.stats = stats
         # a sequence batcher pads direct batches with null requests: results dropped, stats skip them
         self._pads = self.scheduler.pads_batches
         self._instances: list[TensorModel | RequestModel] = []
@@ -321,7 +322,7 @@ class ModelRunner:
             if batch is None:
                 return
             if not self._pads:  # a sequence's batch keeps its slots: its requests run whatever happens
-                batch = drop_cancelled(batch)
+                batch = drop_cancelled(batch, self.stats)
                 if not batch:
                     continue
             if dispatcher is not None and dispatcher.forward(batch):

@@ -66,14 +66,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from server.protocol.errors import client_cancelled, invalid_arg, unavailable
+from server.protocol.errors import invalid_arg, unavailable
 from server.protocol.types import InferenceRequest, InferenceResponse, Tensor
 from server.scheduling.batch import batch_key
 from server.scheduling.delay_knobs import backlog_delay_count, delay_count
 from server.scheduling.sequence_controls import Array, CorrelationId, add_controls, flag_controls
 from server.scheduling.sequence_slots import RELEASE, Backlog, Entry, Instance, SlotRef, heap_pop, heap_push
 from server.scheduling.sequence_state import StateSpec, attach_state, state_specs
-from server.scheduling.work import Scheduler, WorkItem
+from server.scheduling.work import Scheduler, WorkItem, answer_cancelled
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -542,8 +542,7 @@ class SequenceScheduler(Scheduler):
                 correlation_id, item
             )
             self._queued -= len(waiting)
-        for request in waiting:
-            request.complete(client_cancelled())
+        answer_cancelled(waiting, self.stats)
 
     def _cancel_backlogged(self, correlation_id: CorrelationId, item: WorkItem) -> list[WorkItem]:
         for backlog in self._backlogs:

@@ -15,6 +15,7 @@ from server.protocol.errors import ErrorCode, TritonError, client_cancelled
 
 if TYPE_CHECKING:
     from server.protocol.types import InferenceRequest, InferenceResponse
+    from server.scheduling.stats import ModelStats
 
 Completion = Callable[["InferenceResponse | TritonError"], None]
 StreamSink = Callable[["InferenceResponse | TritonError | None", bool], None]
@@ -69,18 +70,27 @@ class WorkItem:
     stream: ResponseStream | None = None  # streamed requests: where the responses go as they are sent
 
 
-def drop_cancelled(batch: list[WorkItem]) -> list[WorkItem]:
+def drop_cancelled(batch: list[WorkItem], stats: ModelStats | None = None) -> list[WorkItem]:
     """The requests of `batch` whose clients still wait; the others (InferenceRequest.cancelled) are
-    completed with a CANCELLED error, never executed."""
+    completed with a CANCELLED error, never executed (counted in `stats` as failed, CANCELED)."""
     if not any(item.request.cancelled for item in batch):
         return batch
-    kept = []
+    kept: list[WorkItem] = []
+    cancelled: list[WorkItem] = []
     for item in batch:
-        if item.request.cancelled:
-            item.complete(client_cancelled())
-        else:
-            kept.append(item)
+        (cancelled if item.request.cancelled else kept).append(item)
+    answer_cancelled(cancelled, stats)
     return kept
+
+
+def answer_cancelled(items: list[WorkItem], stats: ModelStats | None) -> None:
+    """Requests whose clients left while they waited in a queue, answered CANCELLED: as Triton's
+    schedulers, each counts as a failed request, reason CANCELED (nv_inference_request_failure)."""
+    now = time.monotonic_ns()
+    for item in items:
+        if stats is not None:
+            stats.record_failure(now - item.enqueued_ns, "CANCELED")
+        item.complete(client_cancelled())
 
 
 class Scheduler(ABC):
@@ -91,6 +101,8 @@ class Scheduler(ABC):
     # whether the batches it hands out may hold padding (sequence.NullItem) that is no request: the
     # runner drops their results and leaves them out of the statistics
     pads_batches: bool = False
+    # the model version's statistics, set by its runner: requests cancelled while queued count there
+    stats: ModelStats | None = None
 
     def prepare(self, instance_count: int) -> None:  # noqa: B027 - most schedulers need nothing
         """Called once the model's instances are loaded, before any `next_batch`: schedulers that pin

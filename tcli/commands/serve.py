@@ -9,7 +9,6 @@ together here and what they are turned into lives in server/ (settings, parsers 
 from __future__ import annotations
 
 import enum
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -393,6 +392,7 @@ def serve(
 
     from server import logs
     from server.app import ServerSettings, StartupError, run
+    from server.frontends.header_forward import HeaderForward, PatternError
     from server.frontends.openai.restricted import parse_openai_restricted_api
     from server.frontends.tls import TlsError
     from server.protocol import restricted
@@ -435,8 +435,8 @@ def serve(
         ("--grpc-header-forward-pattern", grpc_header_forward_pattern),
     ):
         try:
-            re.compile(pattern)
-        except re.error as exc:
+            HeaderForward(pattern, case_insensitive=True)
+        except PatternError as exc:
             raise CliError(f"{flag} '{pattern}' is not a regular expression: {exc}") from None
     try:
         limited = rate_limiter.parse_rate_limit(rate_limit)

@@ -98,14 +98,12 @@ class KServeGrpc(Service):
                 no_effect("KServeGrpc", name, getattr(given, name))
         if given.infer_compression_level:
             no_effect("KServeGrpc", "infer_compression_level", given.infer_compression_level)
-        import re
-
-        from server.frontends.header_forward import HeaderForward
+        from server.frontends.header_forward import HeaderForward, PatternError
         from server.protocol.restricted import RestrictionSpecError, parse_grpc_restricted_protocol
 
         try:
             self._header_forward = HeaderForward(given.forward_header_pattern)
-        except re.error as error:
+        except PatternError as error:
             raise InvalidArgumentError(f"forward_header_pattern: not a regular expression: {error}") from None
 
         try:

@@ -39,14 +39,12 @@ class KServeHttp(Service):
 
     def __init__(self, server: InProcessServer, options: KServeHttp.Options | None = None) -> None:
         super().__init__(server, options, KServeHttp.Options, "KServeHttp")
-        import re
-
-        from server.frontends.header_forward import HeaderForward
+        from server.frontends.header_forward import HeaderForward, PatternError
         from server.protocol.restricted import RestrictionSpecError, parse_http_restricted_api
 
         try:
             self._header_forward = HeaderForward(self.options.header_forward_pattern)
-        except re.error as error:
+        except PatternError as error:
             raise InvalidArgumentError(f"header_forward_pattern: not a regular expression: {error}") from None
 
         try:

@@ -116,3 +116,20 @@ def test_an_optional_input_left_out_is_left_out_of_the_step(server: Server) -> N
     optional = httpclient.InferInput("OPT", [2], "FP32")
     optional.set_data_from_numpy(np.array([3.0, 4.0], dtype=np.float32))
     assert _seen(http.infer("pipeline", [x, optional]))["inputs"] == ["OPT", "X"]
+
+
+def test_each_ensemble_request_counts_one_execution_of_its_batch_size(server: Server) -> None:
+    grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+
+    def counts() -> tuple[int, int, int]:
+        (stats,) = grpc.get_inference_statistics("pipeline").model_stats
+        batch = {b.batch_size: b.compute_infer.count for b in stats.batch_stats}
+        return stats.execution_count, stats.inference_count, batch.get(1, 0)
+
+    before = counts()
+    x = grpcclient.InferInput("X", [2], "FP32")
+    x.set_data_from_numpy(np.array([1.0, 2.0], dtype=np.float32))
+    for _ in range(2):
+        grpc.infer("pipeline", [x])
+    # a model without batching: each request is one inference, in batch size 1, as Triton reports
+    assert [after - then for after, then in zip(counts(), before, strict=True)] == [2, 2, 2]

@@ -105,3 +105,19 @@ def test_a_pattern_that_is_not_a_regular_expression_is_one_line(repository: Path
         done.stderr.count("\n") == 1
         and "--http-header-forward-pattern '(' is not a regular expression" in done.stderr
     )
+
+
+def test_command_line_patterns_ignore_case_unless_turned_off(repository: Path) -> None:
+    # as Triton's command line: header names are case-insensitive, `(?-i)` makes a pattern exact
+    server = ServeProcess(
+        str(repository),
+        "--http-header-forward-pattern",
+        "^MY-",
+        "--grpc-header-forward-pattern",
+        "(?-i)TENANT",
+    )
+    try:
+        assert _http(server.http_url, {"my-user": "ada"}).get("my-user") == "ada"
+        assert "tenant" not in _grpc(server.grpc_url, {"tenant": "acme"})  # gRPC sends names lowercased
+    finally:
+        server.stop()

@@ -1,8 +1,9 @@
 """A client that cancels a request waiting in the sequence batcher (in its sequence's slot queue, or in
 the backlog while another sequence holds the only slot) gets an answer, as Triton's
 qa/L0_request_cancellation scheduler_test checks: the whole sequence is cancelled, so every request of
-it still waiting is answered CANCELLED, the request already executing finishes, and the server goes
-on serving new sequences. Direct and oldest strategies, over gRPC (tritonclient's `future.cancel()`).
+it still waiting is answered CANCELLED (and counted as a failed request, reason CANCELED, in the
+model's metrics), the request already executing finishes, and the server goes on serving new
+sequences. Direct and oldest strategies, over gRPC (tritonclient's `future.cancel()`).
 
 The model executes one request at a time and holds each until the test creates a release file."""
 
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import re
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -71,6 +74,13 @@ class Served:
         path = self.folder / "executed"
         return [int(line) for line in path.read_text().split()] if path.exists() else []
 
+    def cancelled_failures(self) -> int:
+        """nv_inference_request_failure{reason="CANCELED"} of the model, from /metrics."""
+        text = httpx.get(f"http://127.0.0.1:{self.server.metrics_port}/metrics", timeout=WAIT).text
+        pattern = rf'nv_inference_request_failure{{model="{self.model}",reason="CANCELED",version="1"}} (\S+)'
+        found = re.search(pattern, text)
+        return int(float(found.group(1))) if found else 0
+
     def pending(self) -> int:
         served = self.server.manager.models()[self.model]
         return sum(runner.scheduler.pending() for runner in served.runners())
@@ -95,9 +105,7 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     (model / "1").mkdir(parents=True)
     (model / "config.pbtxt").write_text(CONFIG.format(name=name, strategy=request.param))
     (model / "1" / "model.py").write_text(textwrap.dedent(MODEL.format(folder=str(folder))))
-    settings = ServerSettings(
-        [root / "models"], host="127.0.0.1", http_port=0, grpc_port=0, allow_metrics=False
-    )
+    settings = ServerSettings([root / "models"], host="127.0.0.1", http_port=0, grpc_port=0, metrics_port=0)
     with Server(settings) as server:
         yield Served(server, folder, name)
 
@@ -131,6 +139,7 @@ def _assert_cancelled(call: Call) -> None:
 
 def test_cancelling_a_queued_request_cancels_its_sequence(served: Served) -> None:
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{served.server.grpc_port}")
+    failed = served.cancelled_failures()
     with served.blocking():
         running = Call(client, served.model, 1, sequence_id=11, sequence_start=True)
         wait_until(lambda: 1 in served.executed(), "the first request to run", timeout=WAIT)
@@ -140,6 +149,7 @@ def test_cancelling_a_queued_request_cancels_its_sequence(served: Served) -> Non
         _assert_cancelled(queued[0])
         _assert_cancelled(queued[1])  # its client did not cancel: its sequence was
         assert served.pending() == 0
+        assert served.cancelled_failures() == failed + 2  # as Triton counts them
     result, error = running.answer()  # the request that was running finishes
     assert error is None and result.as_numpy("OUT").tolist() == [[1]]
     # the sequence is gone (a request without START is refused) and new sequences are served
@@ -153,6 +163,7 @@ def test_cancelling_a_queued_request_cancels_its_sequence(served: Served) -> Non
 
 def test_cancelling_a_backlogged_request_cancels_its_sequence(served: Served) -> None:
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{served.server.grpc_port}")
+    failed = served.cancelled_failures()
     with served.blocking():
         running = Call(client, served.model, 21, sequence_id=21, sequence_start=True)
         wait_until(lambda: 21 in served.executed(), "the first sequence to hold the slot", timeout=WAIT)
@@ -165,6 +176,7 @@ def test_cancelling_a_backlogged_request_cancels_its_sequence(served: Served) ->
         _assert_cancelled(backlogged[0])
         _assert_cancelled(backlogged[1])
         assert served.pending() == 0
+        assert served.cancelled_failures() == failed + 2
     result, error = running.answer()
     assert error is None and result.as_numpy("OUT").tolist() == [[21]]
     end = client.infer(served.model, _inputs(4), sequence_id=21, sequence_end=True)

@@ -186,6 +186,17 @@ class HttpFrontend:
     async def _infer_body(
         self, model: str, version: str, headers: InferHeaders, body: bytes | bytearray
     ) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+        if self._shm_view is None:
+            return await self._infer_shm(model, version, headers, body, None)
+        session = self.shm.session()  # the regions the request names are in use until it is answered
+        try:
+            return await self._infer_shm(model, version, headers, body, session)
+        finally:
+            session.release()
+
+    async def _infer_shm(
+        self, model: str, version: str, headers: InferHeaders, body: bytes | bytearray, shm: ShmView | None
+    ) -> tuple[bytes, list[tuple[bytes, bytes]]]:
         limit = self.max_input_size
         received = time.monotonic_ns() if self.tracer.enabled else 0  # HTTP_RECV_END, if traced
         if headers.content_encoding and headers.content_encoding != b"identity":
@@ -212,7 +223,7 @@ class HttpFrontend:
                     version,
                     header_length=header_length,
                     max_input_size=limit,
-                    shm=self._shm_view,
+                    shm=shm,
                 )
         except TritonError:
             admission.require()  # as in Triton, a request for a model that is not there says so
@@ -228,7 +239,7 @@ class HttpFrontend:
             stamps = ((HTTP_RECV_START, headers.began_ns or received), (HTTP_RECV_END, received))
             headers.trace = service.sample_trace(request, headers.traceparent.decode("latin-1"), stamps)
         response = await service.infer(request, admission)
-        payload, json_length = encode_response(response, request.outputs, binary_default, shm=self._shm_view)
+        payload, json_length = encode_response(response, request.outputs, binary_default, shm=shm)
         if json_length is None:
             response_headers = [JSON]
         else:
