@@ -110,6 +110,7 @@ def tcli_perf(url: str, concurrency: int, requests: int) -> dict[str, float]:
          "-u", url, "--concurrency", str(concurrency), "--request-count", str(requests),
          "--warmup-request-count", "1", "--synthetic-input-tokens-mean", str(ISL),
          "--output-tokens-mean", str(OSL), "--tokenizer", str(TOKENIZER), "--use-server-token-count",
+         "--extra-inputs", "ignore_eos:true",
          "--format", "json"],
         CLIENT_CPU,
     )  # fmt: skip
@@ -122,7 +123,8 @@ def aiperf(url: str, concurrency: int, requests: int, out: Path) -> dict[str, fl
         [str(AIPERF), "profile", "-m", "bench_llm", "--url", url, "--endpoint-type", "completions",
          "--streaming", "--tokenizer", str(TOKENIZER), "--synthetic-input-tokens-mean", str(ISL),
          "--synthetic-input-tokens-stddev", "0", "--output-tokens-mean", str(OSL),
-         "--output-tokens-stddev", "0", "--concurrency", str(concurrency), "--request-count", str(requests),
+         "--output-tokens-stddev", "0", "--extra-inputs", "ignore_eos:true",
+         "--concurrency", str(concurrency), "--request-count", str(requests),
          "--warmup-request-count", "1", "--use-server-token-count", "--random-seed", "0",
          "--output-artifact-dir", str(out), "--ui-type", "none", "--no-server-metrics",
          "--no-gpu-telemetry", "--workers-max", "1", "--record-processor-service-count", "1"],

@@ -97,3 +97,18 @@ def test_a_tokenizer_that_is_no_folder_says_so(tmp_path: Path) -> None:
         OpenAIError, match=r"names 'meta-llama/Llama-3\.1-8B-Instruct', which is not a folder"
     ):
         Templates().for_model("m", Path("meta-llama/Llama-3.1-8B-Instruct"))
+
+
+def test_vllm_extensions_reach_the_model() -> None:
+    """`min_tokens` and `ignore_eos` (vLLM's, which benchmark clients send) go to the model with the
+    other sampling parameters; a wrong type is refused by name."""
+    from server.frontends.openai.translate import ModelInputs, generation_request
+
+    found = params.sampling({"max_tokens": 8, "min_tokens": 8, "ignore_eos": True}, chat=False)
+    model = ModelInputs("m", False, {"text_input": ("BYTES", (1,))}, frozenset({"text_output"}))
+    request = generation_request(model, "hi", found, "1", None)
+    assert request.parameters == {"max_tokens": 8, "min_tokens": 8, "ignore_eos": True}
+    unset = generation_request(model, "hi", params.sampling({}, chat=False), "2", None)
+    assert "ignore_eos" not in unset.parameters and "min_tokens" not in unset.parameters
+    assert _refused({"ignore_eos": "yes"}).param == "ignore_eos"
+    assert _refused({"min_tokens": -1}).param == "min_tokens"

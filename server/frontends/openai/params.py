@@ -32,6 +32,9 @@ class Sampling:
     stream: bool = False
     include_usage: bool = False
     echo: bool = False
+    # vLLM's extensions, which Triton's front end passes on and AIPerf's users send (--extra-inputs)
+    min_tokens: int | None = None
+    ignore_eos: bool | None = None
 
 
 @dataclass
@@ -82,6 +85,9 @@ def sampling(document: dict[str, Any], chat: bool) -> Sampling:
     found.n = 1 if n is None else n
     found.seed = _integer(document, "seed", -(2**63), 2**64 - 1)
     found.stop = _stop(document.get("stop"))
+    found.min_tokens = _integer(document, "min_tokens", 0)
+    if document.get("ignore_eos") is not None:
+        found.ignore_eos = _boolean(document, "ignore_eos", False)
     for name in ("logit_bias", "suffix", "tools", "functions"):
         if document.get(name) not in (None, {}, [], ""):
             raise invalid(name, f"'{name}' is not supported by tcli's OpenAI front end")

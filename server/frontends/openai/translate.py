@@ -109,6 +109,8 @@ def generation_request(
         "seed": seed,
         "presence_penalty": sampling.presence_penalty,
         "frequency_penalty": sampling.frequency_penalty,
+        "min_tokens": sampling.min_tokens,
+        "ignore_eos": sampling.ignore_eos,
     }
     tensors = [_tensor(model, TEXT_INPUT, [prompt])]
     if "stream" in inputs:
