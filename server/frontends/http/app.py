@@ -14,7 +14,6 @@ client's Accept-Encoding asks for it (Triton compresses nothing else).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import re
@@ -32,6 +31,7 @@ from server.frontends.http.asgi_io import (
     Receive,
     Scope,
     Send,
+    cancelled_on_disconnect,
     lifespan,
     not_allowed,
     not_found,
@@ -321,55 +321,43 @@ class HttpFrontend:
     ) -> None:
         """Server-sent events, one `data: {...}` per response; the status is fixed by the first one
         (400 when it is an error). A client that disconnects cancels the request."""
-        loop = asyncio.get_running_loop()
-        streaming = asyncio.current_task()
-        gone = False
-
-        async def watch() -> None:  # the body is read: the next message is the disconnect
-            nonlocal gone
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            gone = True
-            if streaming is not None:
-                streaming.cancel()
-
-        watcher = loop.create_task(watch())
         started = False
-        try:
-            async with contextlib.aclosing(answers):
-                first = True
-                async for item in answers:
-                    if item.response is not None:
-                        event = encode_generate(item.response)
-                    elif item.error is not None:
-                        event = _error_body(item.error.message)
-                    else:
-                        continue
-                    if first:
-                        first = False
-                        status = 400 if item.error is not None else 200
-                        await send({"type": "http.response.start", "status": status, "headers": [_SSE]})
-                        started = True
+        async with cancelled_on_disconnect(receive):
+            try:
+                async with contextlib.aclosing(answers):
+                    first = True
+                    async for item in answers:
+                        if item.response is not None:
+                            event = encode_generate(item.response)
+                        elif item.error is not None:
+                            event = _error_body(item.error.message)
+                        else:
+                            continue
+                        if first:
+                            first = False
+                            status = 400 if item.error is not None else 200
+                            await send({"type": "http.response.start", "status": status, "headers": [_SSE]})
+                            started = True
+                        await send(
+                            {
+                                "type": "http.response.body",
+                                "body": b"data: " + event + b"\n\n",
+                                "more_body": True,
+                            }
+                        )
+                if not started:
+                    await send({"type": "http.response.start", "status": 200, "headers": [_SSE]})
+                await send({"type": "http.response.body", "body": b""})
+            except TritonError as error:
+                if started:  # the events already began: the error becomes one more
                     await send(
-                        {"type": "http.response.body", "body": b"data: " + event + b"\n\n", "more_body": True}
+                        {
+                            "type": "http.response.body",
+                            "body": b"data: " + _error_body(error.message) + b"\n\n",
+                        }
                     )
-            if not started:
-                await send({"type": "http.response.start", "status": 200, "headers": [_SSE]})
-            await send({"type": "http.response.body", "body": b""})
-        except asyncio.CancelledError:
-            if not gone:
-                raise
-            if streaming is not None:
-                streaming.uncancel()  # cancelled here because the client went away: nothing more to do
-        except TritonError as error:
-            if started:  # the events already began: the error becomes one more
-                await send(
-                    {"type": "http.response.body", "body": b"data: " + _error_body(error.message) + b"\n\n"}
-                )
-            else:
-                raise
-        finally:
-            watcher.cancel()
+                else:
+                    raise
 
     # repository ------------------------------------------------------------------------------------
     async def _repository_index(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any, TypeVar
 
 from server.frontends.http.content import too_large
@@ -41,6 +41,34 @@ async def unless_disconnected(receive: Receive, work: Awaitable[T]) -> T:
         return task.result()
     finally:
         gone.cancel()
+
+
+@contextlib.asynccontextmanager
+async def cancelled_on_disconnect(receive: Receive) -> AsyncIterator[None]:
+    """The block runs until the client disconnects (its body already read): then the task is
+    cancelled, and the cancellation ends with the block, since what it cancelled was that client's
+    (a stream's model request). Any other cancellation goes on."""
+    task = asyncio.current_task()
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        if task is not None:
+            task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        yield
+    except asyncio.CancelledError:
+        if not gone:
+            raise
+        if task is not None:
+            task.uncancel()
+    finally:
+        watcher.cancel()
 
 
 async def read_body(receive: Receive, limit: int, json_only: bool) -> bytes | bytearray:

@@ -5,14 +5,13 @@ with it). An error before the first event is raised instead, so the caller answe
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator
 
 import orjson
 
-from server.frontends.http.asgi_io import Receive, Send
+from server.frontends.http.asgi_io import Receive, Send, cancelled_on_disconnect
 from server.frontends.openai.errors import OpenAIError, from_triton
 from server.protocol.errors import TritonError
 
@@ -32,20 +31,8 @@ def error_event(error: BaseException) -> bytes:
 
 
 async def serve_events(receive: Receive, send: Send, events: AsyncGenerator[dict[str, object], None]) -> None:
-    streaming = asyncio.current_task()
-    gone = False
-
-    async def watch() -> None:  # the body was read: the next message is the disconnect
-        nonlocal gone
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        gone = True
-        if streaming is not None:
-            streaming.cancel()
-
-    watcher = asyncio.ensure_future(watch())
     started = False
-    try:
+    async with cancelled_on_disconnect(receive):
         async with contextlib.aclosing(events):
             try:
                 async for event in events:
@@ -61,10 +48,3 @@ async def serve_events(receive: Receive, send: Send, events: AsyncGenerator[dict
         if not started:
             await send({"type": "http.response.start", "status": 200, "headers": list(HEADERS)})
         await send({"type": "http.response.body", "body": DONE})
-    except asyncio.CancelledError:
-        if not gone:
-            raise
-        if streaming is not None:
-            streaming.uncancel()  # cancelled because the client went away: the model's request is too
-    finally:
-        watcher.cancel()
