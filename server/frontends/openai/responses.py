@@ -77,11 +77,16 @@ def completion_logprobs(entries: list[dict[str, Any]], top: int, offset: int = 0
 
 
 def completion(
-    request_id: str, created: int, model: str, choices: list[dict[str, Any]], usage: dict[str, int] | None
+    request_id: str,
+    created: int,
+    model: str,
+    choices: list[dict[str, Any]],
+    usage: dict[str, int] | None,
+    kind: str = "text_completion",
 ) -> dict[str, Any]:
     return {
         "id": request_id,
-        "object": "text_completion",
+        "object": kind,
         "created": created,
         "model": model,
         "system_fingerprint": None,
@@ -93,15 +98,7 @@ def completion(
 def chat_completion(
     request_id: str, created: int, model: str, choices: list[dict[str, Any]], usage: dict[str, int] | None
 ) -> dict[str, Any]:
-    return {
-        "id": request_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "system_fingerprint": None,
-        "choices": choices,
-        "usage": usage,
-    }
+    return completion(request_id, created, model, choices, usage, "chat.completion")
 
 
 def chat_chunk(
