@@ -1,10 +1,14 @@
 """A python model may start processes of its own (a multiprocessing.Pool in execute), as in Triton's
 stub: Triton's qa bls model does (test_multiprocess). On the default path the model runs in an
 instance process the server starts as a daemon, which multiprocessing forbids to have children.
-Served by a real `tcli serve` to a real tritonclient."""
+The children stop when the model stops them: Pool.terminate() (its `with` block's end) sends
+SIGTERM, which an instance process ignores and the server handles, and a child deaf to it left the
+Pool, and the request, waiting forever. Both placements (instance process, server process), served
+by a real `tcli serve` to a real tritonclient."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +41,34 @@ class TritonPythonModel:
         return responses
 """
 
+# stops a child at once, as Pool.terminate() does with a worker that has not started its work yet
+TERMINATE = """
+import multiprocessing
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            child = multiprocessing.Process(target=time.sleep, args=(60,))
+            child.start()
+            child.terminate()
+            child.join(30)
+            if child.exitcode is None:  # deaf to SIGTERM: end it, and say so
+                child.kill()
+                child.join()
+                code = 0
+            else:
+                code = child.exitcode
+            out = pb_utils.Tensor("OUT", np.array([code], dtype=np.int32))
+            responses.append(pb_utils.InferenceResponse([out]))
+        return responses
+"""
+
 CONFIG = """
 backend: "python"
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
@@ -44,12 +76,19 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
 """
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+IN_SERVER = 'parameters { key: "TCLI_INSTANCE_PROCESS" value { string_value: "false" } }'
+
+
+@pytest.fixture(scope="module", params=["instance process", "server process"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServeProcess]:
     repo: Path = tmp_path_factory.mktemp("repo")
-    (repo / "pool" / "1").mkdir(parents=True)
-    (repo / "pool" / "1" / "model.py").write_text(MODEL)
-    (repo / "pool" / "config.pbtxt").write_text(CONFIG)
+    for name, model in (("pool", MODEL), ("terminate", TERMINATE)):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "1" / "model.py").write_text(model)
+        placement = IN_SERVER if request.param == "server process" else ""
+        (repo / name / "config.pbtxt").write_text(CONFIG + placement)
     process = ServeProcess("--model-repository", str(repo))
     try:
         yield process
@@ -63,3 +102,11 @@ def test_a_model_can_run_a_process_pool(server: ServeProcess) -> None:
         values.set_data_from_numpy(np.array([1, -2, 3, -4], dtype=np.int32))
         result = client.infer("pool", [values])
     np.testing.assert_array_equal(result.as_numpy("OUT"), np.array([1, 2, 3, 4], dtype=np.int32))
+
+
+def test_a_child_the_model_terminates_ends(server: ServeProcess) -> None:
+    with httpclient.InferenceServerClient(server.http_url, network_timeout=120) as client:
+        values = httpclient.InferInput("IN", [1], "INT32")
+        values.set_data_from_numpy(np.array([0], dtype=np.int32))
+        result = client.infer("terminate", [values])
+    assert result.as_numpy("OUT").tolist() == [-signal.SIGTERM]  # ended by the SIGTERM it was sent

@@ -40,7 +40,7 @@ import threading
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from server.backends.base import tcli_bug
-from server.backends.python import hop_frames
+from server.backends.python import fork_signals, hop_frames
 from server.backends.python import triton_python_backend_utils as pb_utils
 from server.backends.python.host import HostSpec, PythonModel
 from server.backends.python.metric_forwarding import ForwardingRegistry
@@ -93,9 +93,10 @@ def main(
     # a model may start processes of its own (a multiprocessing.Pool), as in Triton's stub: the
     # daemon flag the server starts us with (never waited for at its exit) forbids that here, and
     # they start as the stub's do, forked from this process (with the model's module), not from
-    # the zygote, whose start method the process inherited
+    # the zygote, whose start method the process inherited; with signals of their own (fork_signals)
     multiprocessing.current_process().daemon = False
     multiprocessing.set_start_method("fork", force=True)
+    fork_signals.install()
     _Worker(conn, answers, spec, ring_name, log_levels).run()
 
 
