@@ -22,7 +22,7 @@ from typing import Any
 
 from server import graceful_stop, signals
 from server.backends.base import DEFAULT_BACKEND_DIRECTORY
-from server.backends.python import process_life
+from server.backends.python import fork_signals, process_life
 from server.frontends.header_forward import HeaderForward
 from server.frontends.ports import Listener, PortInUseError, bind_problem
 from server.frontends.tls import ServerTls, TlsSettings, load_tls
@@ -523,6 +523,7 @@ def run(settings: ServerSettings, on_started: Callable[[Server], None] | None = 
     (server/frontends/tls.py) before loading anything when a certificate or key cannot be used."""
     # until the front ends listen, a signal ends the process at once, as it ends tritonserver
     signals.end_on_signal()
+    fork_signals.install()  # a model's forked child must not inherit those handlers
     server = Server(settings)
     signals.end_on_signal(server.manager.cancel_loading)
     server.load_models()

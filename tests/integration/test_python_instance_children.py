@@ -41,9 +41,11 @@ class TritonPythonModel:
         return responses
 """
 
-# stops a child at once, as Pool.terminate() does with a worker that has not started its work yet
+# stops a child at once, as Pool.terminate() does with a worker that has not started its work yet;
+# says whether a Pool's worker is in the model's process group
 TERMINATE = """
 import multiprocessing
+import os
 import time
 
 import numpy as np
@@ -64,7 +66,9 @@ class TritonPythonModel:
                 code = 0
             else:
                 code = child.exitcode
-            out = pb_utils.Tensor("OUT", np.array([code], dtype=np.int32))
+            with multiprocessing.Pool(1) as pool:
+                shares_our_group = int(pool.apply(os.getpgid, (0,)) == os.getpgid(0))
+            out = pb_utils.Tensor("OUT", np.array([code, shares_our_group], dtype=np.int32))
             responses.append(pb_utils.InferenceResponse([out]))
         return responses
 """
@@ -109,4 +113,6 @@ def test_a_child_the_model_terminates_ends(server: ServeProcess) -> None:
         values = httpclient.InferInput("IN", [1], "INT32")
         values.set_data_from_numpy(np.array([0], dtype=np.int32))
         result = client.infer("terminate", [values])
-    assert result.as_numpy("OUT").tolist() == [-signal.SIGTERM]  # ended by the SIGTERM it was sent
+    code, shares_our_group = result.as_numpy("OUT").tolist()
+    assert code == -signal.SIGTERM  # ended by the SIGTERM it was sent
+    assert not shares_our_group  # a Ctrl-C to the server's process group does not reach it

@@ -85,8 +85,6 @@ def load(context: ModelContext, instance: InstanceSpec) -> RequestModel:
         from server.backends.python.process_host import ProcessModel
 
         return ProcessModel(context, instance)
-    from server.backends.python import fork_signals
     from server.backends.python.host import PythonModel
 
-    fork_signals.install()  # what the model forks must not inherit the server's handlers
     return PythonModel(context, instance)
