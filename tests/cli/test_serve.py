@@ -107,6 +107,7 @@ def test_serve_prints_startup_tables_and_serves(slow_repo: Path) -> None:
         for title in ("Backends", "Models", "Options"):
             assert title in text
         assert "model_control_mode" in text and "strict_readiness" in text
+        client.close()  # an open connection holds a stopping server up to its exit timeout, as Triton's
     finally:
         assert served.stop() == 0
 

@@ -148,6 +148,7 @@ def test_serve_takes_the_older_trace_flags(tmp_path: Path) -> None:
             tensor.set_data_from_numpy(np.ones(4, np.float32))
         client.infer("add_sub", inputs, request_id="legacy")
         wait_until(lambda: (tmp_path / "trace.json.0").exists(), "the first trace file")
+        client.close()  # an open connection holds a stopping server up to its exit timeout, as Triton's
     finally:
         server.stop()
     entries = json.loads((tmp_path / "trace.json.0").read_text())

@@ -306,6 +306,7 @@ def test_deploy_example_pulls_its_model_when_it_loads(
                 assert np.array_equal(_infer(client, "house_price", houses)["price"][:, 0], answer)
                 client.unload_model("house_price")
                 client.load_model("house_price")
+        client.close()  # an open connection holds a stopping server up to its exit timeout, as Triton's
     finally:
         assert served.stop() == 0, served.output()
 

@@ -69,6 +69,7 @@ def test_a_model_running_unittest_main_loads_and_sees_an_empty_argv(tmp_path: Pa
         request = httpclient.InferInput("IN", [1], "INT32")
         request.set_data_from_numpy(np.array([1], dtype=np.int32))
         result = client.infer("stub_state", [request])
+        client.close()  # an open connection holds a stopping server up to its exit timeout, as Triton's
     finally:
         server.stop()
 
