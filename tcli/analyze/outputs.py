@@ -42,14 +42,6 @@ def checked(report: Report) -> list[Row]:
     return [row for row in report.rows if row.served is not None]
 
 
-def served_text(row: Row) -> str:
-    """A checked row's figure served over HTTP, for the table."""
-    point = row.served_point
-    if point is None:
-        return f"failed: {row.served.error}" if row.served is not None and row.served.error else ""
-    return f"{point.throughput:.1f}/s, p99 {_ms(point.p99_ms)} at {point.concurrency}"
-
-
 def table(report: Report) -> Table:
     from rich.table import Table
 
@@ -59,7 +51,7 @@ def table(report: Report) -> Table:
         + (f", {report.pruned} pruned" if report.pruned else "")
         + (f", {report.resumed} from the checkpoint" if report.resumed else "")
         + f"), {report.constraints.describe()}"
-        + (f"; the best {len(served)} also served over HTTP" if served else "")
+        + (f"; the best {len(served)} also served over HTTP (below)" if served else "")
     )
     grid = Table(title=title, title_justify="left")
     grid.add_column("#", justify="right")
@@ -70,17 +62,13 @@ def table(report: Report) -> Table:
     grid.add_column("p99 ms", justify="right")
     grid.add_column("front", justify="center")
     grid.add_column("meets", justify="center")
-    if served:  # what the checked configs served, at the concurrency recommended for them
-        grid.add_column("over HTTP (infer/sec, p99 ms at concurrency)")
     for row in report.rows:
         point = row.point
-        extra = [served_text(row)] if served else []
         if point is None:
-            grid.add_row(
-                "", row.candidate.label(), "", "", "", "", "", row.measured.error or "failed", *extra
-            )
+            grid.add_row("", row.candidate.label(), "", "", "", "", "", row.measured.error or "failed")
             continue
-        meets = row.served_meets if row.served is not None else row.meets  # served, when checked
+        # the figures measured in-process; whether it meets the constraints served, when checked
+        meets = row.served_meets if row.served is not None else row.meets
         grid.add_row(
             str(row.rank) if row.rank else "",
             row.candidate.label(),
@@ -90,7 +78,6 @@ def table(report: Report) -> Table:
             _ms(point.p99_ms),
             "*" if row.front else "",
             "yes" if meets else "no",
-            *extra,
             style="bold green" if row.rank == 1 else None,
         )
     return grid
