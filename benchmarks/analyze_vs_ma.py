@@ -219,7 +219,8 @@ def run_tcli_analyze(work: Path, tag: str, extra: list[str]) -> Choice | None:
         log(f"analyze: tcli analyze failed ({done.returncode}): {(done.stdout + done.stderr)[-800:]}")
         return None
     config = out / MODEL / "config.pbtxt"
-    found = re.search(r"at\s+concurrency\s+(\d+)", done.stdout)  # the line may wrap anywhere
+    # the recommended concurrency (served over HTTP) on the best line, which may wrap anywhere
+    found = re.search(r"best\s+for\s.*?at\s+concurrency\s+(\d+)", done.stdout, re.S)
     concurrency = int(found.group(1)) if found else MAX_CONCURRENCY
     return Choice(
         "tcli analyze", seconds, config, f"{describe(config.read_text())}, c={concurrency}", concurrency

@@ -6,6 +6,7 @@ load.py        the in-process load generator (no socket): perf's worker interfac
 measure.py     the targets (in-process server, or a running one through model control)
 sweep.py       one candidate's concurrency sweep: where it starts, when it stops
 search.py      the strategies: brute (every candidate) and quick (one dimension at a time, pruned)
+verify.py      the best configs served over HTTP before one is recommended, and at which concurrency
 checkpoint.py  measured candidates on disk, so that an interrupted search resumes
 progress.py    the Rich progress bar with the best so far and an ETA
 outputs.py     the table, JSON and CSV, and the best config written, validated and diffed

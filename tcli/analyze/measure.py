@@ -6,7 +6,10 @@ model through model control (no restart), then perf's profiler sweeps concurrenc
 - RemoteTarget (`-u URL`): a running server in EXPLICIT mode, loaded through its repository API, and
   perf's load generator processes over HTTP or gRPC. The model's own config is loaded back at the end.
 
-Both measure with `tcli perf`'s windows and stability rule and its input options.
+Both measure with `tcli perf`'s windows and stability rule and its input options. An in-process
+target also serves the model over HTTP on request (`served_profiler`): tcli's HTTP front end, the one
+`tcli serve` runs, on 127.0.0.1 and a free port, with perf's load generator process sending to it, so
+that the best configs are checked as they will be served (verify.py).
 """
 
 from __future__ import annotations
@@ -110,6 +113,8 @@ class Target:
 
     name: str  # the model
     where: str  # for the checkpoint: "in-process" or the URL
+    # whether its figures leave the front end out: the best configs are then checked over HTTP
+    in_process: bool = False
 
     def completed_config(self) -> ModelConfig:
         """The model's config as the server completed it (the model's own, before any candidate)."""
@@ -123,6 +128,10 @@ class Target:
         raise NotImplementedError
 
     def profiler(self, settings: Settings) -> Profiler:
+        raise NotImplementedError
+
+    def served_profiler(self, settings: Settings) -> Profiler:
+        """A profiler that measures the loaded config through the HTTP front end (in-process only)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -153,6 +162,34 @@ def _streams(info: Any, inputs: InputOptions) -> list[list[Any]]:
             )
         return from_json_file(path, info, resolved)
     return synthetic(info, resolved, inputs.input_data, inputs.string_length, inputs.string_data)
+
+
+def _http_profiler(
+    name: str, info: Any, protocol: str, url: str, inputs: InputOptions, settings: Settings
+) -> Profiler:
+    """perf's profiler over its load generator processes, sending to the server at `url`."""
+    from tcli.perf.prepare import build_spec
+    from tcli.perf.profiler import Profiler
+
+    spec = build_spec(
+        info,
+        protocol,
+        url,
+        1,
+        inputs.shapes,
+        inputs.input_data,
+        inputs.string_length,
+        inputs.string_data,
+        [],
+        False,
+        None,
+        20.0,
+        1,
+        0,
+        4,
+    )
+    settings.processes = 1
+    return Profiler(spec, settings, None, (name, ""), {})
 
 
 def _refused(name: str, info: Any) -> None:
@@ -186,6 +223,8 @@ def start_inprocess(repository: Path) -> Any:
 
 
 class InProcessTarget(Target):
+    in_process = True
+
     def __init__(self, server: Any, repository: Path, name: str, inputs: InputOptions) -> None:
         import tcli.inprocess as tritonserver
 
@@ -194,6 +233,7 @@ class InProcessTarget(Target):
         self.server = server
         self.inputs = inputs
         self.requests: list[dict[str, Any]] | None = None
+        self.http: Any = None  # tcli.frontend.KServeHttp, started by the first served_profiler()
         try:
             server.load(name)
         except tritonserver.TritonError as exc:
@@ -222,8 +262,21 @@ class InProcessTarget(Target):
             ]
         return InProcessProfiler(self.model, self.requests, settings)
 
+    def served_profiler(self, settings: Settings) -> Profiler:
+        from tcli.frontend import KServeHttp
+
+        if self.http is None:  # the front end `tcli serve` runs, on this server, local only
+            http = KServeHttp(self.server, KServeHttp.Options(address="127.0.0.1", port=0))
+            http.start()
+            self.http = http
+        return _http_profiler(
+            self.name, self.info, "http", f"127.0.0.1:{self.http.port}", self.inputs, settings
+        )
+
     def close(self) -> None:
-        pass  # the server is the caller's
+        if self.http is not None:  # the server itself is the caller's
+            self.http.stop()
+            self.http = None
 
 
 class RemoteTarget(Target):
@@ -268,28 +321,7 @@ class RemoteTarget(Target):
         self.loaded_variant = True
 
     def profiler(self, settings: Settings) -> Profiler:
-        from tcli.perf.prepare import build_spec
-        from tcli.perf.profiler import Profiler
-
-        spec = build_spec(
-            self.info,
-            self.protocol,
-            self.url,
-            1,
-            self.inputs.shapes,
-            self.inputs.input_data,
-            self.inputs.string_length,
-            self.inputs.string_data,
-            [],
-            False,
-            None,
-            20.0,
-            1,
-            0,
-            4,
-        )
-        settings.processes = 1
-        return Profiler(spec, settings, None, (self.name, ""), {})
+        return _http_profiler(self.name, self.info, self.protocol, self.url, self.inputs, settings)
 
     def close(self) -> None:
         from tcli.client.types import ClientError

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tcli.analyze.results import Constraints, Row
+from tcli.analyze.results import Constraints, Level, Row
 from tcli.analyze.space import DIMENSIONS
 from tcli.errors import CliError
 
@@ -37,14 +37,21 @@ def _ms(value: float) -> str:
     return f"{value:.2f}" if value < 100 else f"{value:.0f}"
 
 
+def checked(report: Report) -> list[Row]:
+    """The rows served over HTTP before the recommendation (verify.py)."""
+    return [row for row in report.rows if row.served is not None]
+
+
 def table(report: Report) -> Table:
     from rich.table import Table
 
+    served = checked(report)
     title = (
         f"{report.model}: {len(report.rows)} configs measured ({report.mode} search"
         + (f", {report.pruned} pruned" if report.pruned else "")
         + (f", {report.resumed} from the checkpoint" if report.resumed else "")
         + f"), {report.constraints.describe()}"
+        + (f"; the best {len(served)} also served over HTTP (below)" if served else "")
     )
     grid = Table(title=title, title_justify="left")
     grid.add_column("#", justify="right")
@@ -60,6 +67,8 @@ def table(report: Report) -> Table:
         if point is None:
             grid.add_row("", row.candidate.label(), "", "", "", "", "", row.measured.error or "failed")
             continue
+        # the figures measured in-process; whether it meets the constraints served, when checked
+        meets = row.served_meets if row.served is not None else row.meets
         grid.add_row(
             str(row.rank) if row.rank else "",
             row.candidate.label(),
@@ -68,10 +77,27 @@ def table(report: Report) -> Table:
             _ms(point.p50_ms),
             _ms(point.p99_ms),
             "*" if row.front else "",
-            "yes" if row.meets else "no",
+            "yes" if meets else "no",
             style="bold green" if row.rank == 1 else None,
         )
     return grid
+
+
+def served_lines(report: Report) -> list[str]:
+    """Each checked config's levels over HTTP, from its in-process concurrency down."""
+    lines = []
+    for row in checked(report):
+        assert row.served is not None
+        if row.served.error:
+            levels = f"failed: {row.served.error}"
+        else:
+            levels = "; ".join(
+                f"concurrency {level.concurrency}: {level.throughput:.1f} infer/s, p99 {level.p99_ms:.2f} ms"
+                + ("" if report.constraints.meets(level) else " (misses the constraints)")
+                for level in reversed(row.served.levels)
+            )
+        lines.append(f"served over HTTP, {row.candidate.label()}: {levels}")
+    return lines
 
 
 def _row_dict(row: Row) -> dict[str, Any]:
@@ -88,13 +114,39 @@ def _row_dict(row: Row) -> dict[str, Any]:
         "p99_ms": round(point.p99_ms, 4) if point else None,
         "levels": [level.to_dict() for level in row.measured.levels],
         "error": row.measured.error,
+        "served": _served_dict(row),
     }
+
+
+def _served_dict(row: Row) -> dict[str, Any] | None:
+    """The config served over HTTP (verify.py), when it was checked: its operating point there."""
+    if row.served is None:
+        return None
+    point = row.served_point
+    return {
+        "protocol": "http",
+        "meets": row.served_meets,
+        "concurrency": point.concurrency if point else None,
+        "throughput": round(point.throughput, 3) if point else None,
+        "p50_ms": round(point.p50_ms, 4) if point else None,
+        "p99_ms": round(point.p99_ms, 4) if point else None,
+        "levels": [level.to_dict() for level in row.served.levels],
+        "error": row.served.error,
+    }
+
+
+def recommended(row: Row) -> Level | None:
+    """Where a row's config is recommended to run: its served point when it was checked over HTTP
+    (the in-process figure leaves the front end out), else its operating point."""
+    return row.served_point if row.served is not None else row.point
 
 
 def json_document(report: Report) -> dict[str, Any]:
     rows = report.rows
     best = rows[0] if rows and rows[0].rank == 1 else None
     misses = [row for row in rows if not row.meets and row.point is not None]
+    closest_served = next((row for row in checked(report) if not row.served_meets), None)
+    point = recommended(best) if best is not None else None
     return {
         "model": report.model,
         "search": report.mode,
@@ -107,8 +159,13 @@ def json_document(report: Report) -> dict[str, Any]:
         "pruned": report.pruned,
         "resumed": report.resumed,
         "seconds": round(report.seconds, 2),
+        "checked_over_http": len(checked(report)),
         "best": _row_dict(best) if best else None,
-        "closest": _row_dict(misses[0]) if best is None and misses else None,
+        # where to run the best config: its concurrency served over HTTP when it was checked there
+        "recommended_concurrency": point.concurrency if point is not None else None,
+        "closest": (
+            _row_dict(closest_served or misses[0]) if best is None and (closest_served or misses) else None
+        ),
         "configs": [_row_dict(row) for row in rows],
     }
 
@@ -123,6 +180,10 @@ CSV_COLUMNS = [
     "throughput",
     "p50_ms",
     "p99_ms",
+    "served_concurrency",
+    "served_throughput",
+    "served_p50_ms",
+    "served_p99_ms",
 ]
 
 
@@ -131,17 +192,20 @@ def csv_text(report: Report) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for row in report.rows:
-        point = row.point
+        meets = row.served_meets if row.served is not None else row.meets  # served, when checked
         writer.writerow(
-            [row.rank or "", int(row.front), int(row.meets), row.candidate.label()]
+            [row.rank or "", int(row.front), int(meets), row.candidate.label()]
             + [getattr(row.candidate, d) for d in DIMENSIONS]
-            + (
-                [point.concurrency, f"{point.throughput:.3f}", f"{point.p50_ms:.4f}", f"{point.p99_ms:.4f}"]
-                if point
-                else ["", "", "", ""]
-            )
+            + _point_cells(row.point)
+            + _point_cells(row.served_point)
         )
     return out.getvalue()
+
+
+def _point_cells(point: Level | None) -> list[Any]:
+    if point is None:
+        return ["", "", "", ""]
+    return [point.concurrency, f"{point.throughput:.3f}", f"{point.p50_ms:.4f}", f"{point.p99_ms:.4f}"]
 
 
 # the best config, written -----------------------------------------------------------------------------

@@ -74,6 +74,16 @@ class SearchProgress:
         self.label = label
         self.progress.update(self.task, description=f"{self.model}: {label}", started=time.monotonic())
 
+    def checking(self, label: str) -> None:
+        """A config served over HTTP before it is recommended (verify.py): not a config measured."""
+        self.progress.update(self.task, description=f"{self.model}: {label}, served over HTTP")
+        if not self.enabled:
+            self.console.print(
+                f"analyze {self.model}, over HTTP: serving {label} to check its figures",
+                highlight=False,
+                soft_wrap=True,
+            )
+
     def done(self, best: str, resumed: bool = False) -> None:
         task = self.progress.tasks[0]
         fields = task.fields

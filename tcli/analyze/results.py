@@ -111,6 +111,11 @@ class Row:
     meets: bool
     front: bool = False
     rank: int = 0  # 1: the best under the constraints; 0: does not meet them
+    # the same config served over HTTP (verify.py), when it was checked: its levels there, and its
+    # operating point among them (whether it meets the constraints served)
+    served: Measured | None = None
+    served_point: Level | None = None
+    served_meets: bool = False
 
     @property
     def candidate(self) -> Candidate:

@@ -18,11 +18,14 @@ from tcli.analyze.results import Constraints, Measured, Row, rank
 from tcli.analyze.search import Outcome, brute, quick, quick_estimate
 from tcli.analyze.space import Bounds, Candidate, apply, build_space
 from tcli.analyze.sweep import Lead
+from tcli.analyze.verify import check_best, closest_served, served_levels
 from tcli.errors import CliError
 
 if TYPE_CHECKING:
     from rich.console import Console
     from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from tcli.analyze.progress import SearchProgress
 
 
 @dataclass
@@ -68,6 +71,18 @@ def raw_config(repository: Path | None, name: str, completed: ModelConfig) -> Mo
     if not config.name:
         config.name = name
     return config
+
+
+def _measure_errors() -> tuple[type[Exception], ...]:
+    """What a config that failed to load or to serve raises: its row says why."""
+    from tcli.client.types import ClientError
+    from tcli.inprocess import TritonError as InProcessError
+
+    return (CliError, ClientError, InProcessError)
+
+
+def _message(exc: Exception) -> str:
+    return str(getattr(exc, "message", "") or exc)
 
 
 def _best_text(rows: list[Row]) -> str:
@@ -150,7 +165,14 @@ class Session:
             outcome: Outcome = (
                 brute(space, evaluate) if plan.mode == "brute" else quick(space, evaluate, plan.constraints)
             )
-        rows = rank(outcome.measured, plan.constraints, space.original)
+            rows = rank(outcome.measured, plan.constraints, space.original)
+            if target.in_process:  # in-process figures leave the front end out: the best are served
+                rows = check_best(
+                    rows,
+                    lambda row: self._check_served(target, raw, row, progress),
+                    plan.constraints,
+                    space.original,
+                )
         report = outputs.Report(
             name,
             plan.mode,
@@ -179,9 +201,6 @@ class Session:
     def _measure(
         self, target: Target, raw: ModelConfig, candidate: Candidate, lead: Lead | None = None
     ) -> Measured:
-        from tcli.client.types import ClientError
-        from tcli.inprocess import TritonError as InProcessError
-
         options = self.plan.measure
         if lead is not None and self.window_ms is not None:
             # the first sweep's window at least, should a sweep that starts higher step down
@@ -197,13 +216,35 @@ class Session:
             )
             if self.window_ms is None:
                 self.window_ms = window_ms
-        except CliError as exc:
-            return Measured(candidate, [], error=exc.message)
-        except ClientError as exc:
-            return Measured(candidate, [], error=exc.message)
-        except InProcessError as exc:
-            return Measured(candidate, [], error=str(exc))
+        except _measure_errors() as exc:
+            return Measured(candidate, [], error=_message(exc))
         return Measured(candidate, levels)
+
+    def _check_served(self, target: Target, raw: ModelConfig, row: Row, progress: SearchProgress) -> Measured:
+        """One config served over HTTP from its in-process best concurrency down (verify.py)."""
+        plan = self.plan
+        assert row.point is not None
+        progress.checking(row.candidate.label())
+        options = plan.measure
+        if self.window_ms is not None:  # the windows the sweeps had, at least
+            options = dataclasses.replace(options, measurement_ms=max(options.measurement_ms, self.window_ms))
+        try:
+            target.load(apply(raw, row.candidate))
+            profiler = target.served_profiler(options.settings())
+            try:
+                profiler.start()
+                levels = served_levels(
+                    profiler,
+                    options.concurrencies(),
+                    row.point.concurrency,
+                    plan.constraints,
+                    options.min_requests,
+                )
+            finally:
+                profiler.close()
+        except _measure_errors() as exc:
+            return Measured(row.candidate, [], error=_message(exc))
+        return Measured(row.candidate, levels)
 
     # reporting ------------------------------------------------------------------------------------
     def report(self, result: ModelResult, plot: Path | None) -> None:
@@ -220,18 +261,36 @@ class Session:
 
             write_plot(plot, result.name, report.rows, plan.constraints)
             self.say(f"plot: {plot}")
+        for line in outputs.served_lines(report):
+            self.say(line)
         best = result.best
         if best is not None and best.point is not None:
             point = best.point
-            self.say(
-                f"best for {result.name}: {best.candidate.label()}: {point.throughput:.1f} infer/s at "
-                f"concurrency {point.concurrency}, p99 {point.p99_ms:.2f} ms ({_counts(report)})"
-            )
+            served = best.served_point if best.served is not None else None
+            if served is not None:  # the figure to expect: served, at the concurrency it was checked at
+                figures = (
+                    f"{served.throughput:.1f} infer/s at concurrency {served.concurrency}, p99 "
+                    f"{served.p99_ms:.2f} ms, verified over HTTP (in-process: {point.throughput:.1f} infer/s at "
+                    f"concurrency {point.concurrency}, p99 {point.p99_ms:.2f} ms)"
+                )
+            else:
+                figures = f"{point.throughput:.1f} infer/s at concurrency {point.concurrency}, p99 {point.p99_ms:.2f} ms"
+            self.say(f"best for {result.name}: {best.candidate.label()}: {figures} ({_counts(report)})")
 
     def miss_message(self, result: ModelResult) -> str:
         constraints = self.plan.constraints
-        misses = [row for row in result.report.rows if not row.meets and row.point is not None]
         text = f"no config of model '{result.name}' meets {constraints.describe()}"
+        served = closest_served(result.report.rows)
+        if served is not None and served.served_point is not None:
+            point = served.served_point
+            count = len(outputs.checked(result.report))
+            return (
+                f"{text} when served over HTTP: the {count} best measured in-process missed it served by "
+                f"tcli's HTTP front end; the closest is {served.candidate.label()}: p99 {point.p99_ms:.2f} ms "
+                f"at {point.throughput:.1f} infer/s (concurrency {point.concurrency}) over HTTP; relax the "
+                "constraints or widen the search"
+            )
+        misses = [row for row in result.report.rows if not row.meets and row.point is not None]
         if not misses:
             return text + ": every config failed to load or serve (see the table)"
         row = misses[0]

@@ -228,7 +228,8 @@ def analyze(
     """Find the config with the most throughput under a p99 latency budget: instance count, max batch
     size, dynamic batching (preferred batch size, queue delay), python models in a process or in the
     server, onnxruntime's threads. Each candidate is loaded as a variant of the model and measured as
-    tcli perf measures. Ctrl-C stops; the same command resumes."""
+    tcli perf measures; in-process, the best are then served over HTTP, and the concurrency
+    recommended is one where p99 meets the budget served. Ctrl-C stops; the same command resumes."""
     from rich.console import Console
 
     from server.backends.devices import visible_gpu_count

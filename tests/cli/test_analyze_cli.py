@@ -250,6 +250,96 @@ def test_an_ensemble_is_analyzed_through_its_composing_models(repo: Path, tmp_pa
     assert run_tcli("repo", "validate", str(out)).returncode == 0
 
 
+# A model that is fast in-process and slow when served over HTTP, by a margin no machine's speed
+# changes: it tells the two apart by whether its process holds an established TCP connection (the
+# in-process measurement opens none; the check over HTTP serves one to its load generator).
+# In-process each execution sleeps 5 ms, its 4 instances side by side: 4 requests in flight take
+# 5 ms. Served, each execution sleeps 40 ms and they take turns (a lock file): 4 in flight wait
+# 160 ms, 2 wait 80 ms and 1 waits 40 ms. So within a 120 ms budget in-process the best is
+# concurrency 4 (4 in flight at 5 ms each), and served it is 2 (or 1, should a stall push 2 over).
+SLOW_OVER_HTTP_PY = """
+import fcntl
+import os
+import socket
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+def serving_a_tcp_client():
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            with socket.socket(fileno=os.dup(int(name))) as held:
+                if held.family in (socket.AF_INET, socket.AF_INET6) and held.type == socket.SOCK_STREAM:
+                    held.getpeername()  # a listening socket has no peer
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.lock_path = os.path.join(args["model_repository"], "served.lock")
+
+    def execute(self, requests):
+        if serving_a_tcp_client():
+            with open(self.lock_path, "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                time.sleep(0.040)
+        else:
+            time.sleep(0.005)
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]
+            )
+            for r in requests
+        ]
+"""
+SLOW_OVER_HTTP_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+
+
+def test_the_best_config_is_served_over_http_and_recommended_where_it_meets_the_budget(
+    tmp_path: Path,
+) -> None:
+    repo = tmp_path / "repo"
+    (repo / "slow_over_http" / "1").mkdir(parents=True)
+    (repo / "slow_over_http" / "1" / "model.py").write_text(SLOW_OVER_HTTP_PY)
+    (repo / "slow_over_http" / "config.pbtxt").write_text(SLOW_OVER_HTTP_CONFIG)
+    out = tmp_path / "out"
+    done = run_tcli(
+        "analyze", "-m", "slow_over_http", str(repo), *FAST, "--mode", "brute", "--latency-budget", "120",
+        "--min-instance-count", "4", "--max-instance-count", "4", "--python-placement", "server",
+        "--max-concurrency", "4", "--format", "json", "--output-dir", str(out), cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    best = report["best"]
+    assert report["measured"] == 1 and report["checked_over_http"] == 1
+    # in-process it met the budget at concurrency 4; served over HTTP it did not, and one level down
+    # (or two) it does: that is the concurrency recommended, with the figures served there
+    assert best["concurrency"] == 4 and best["p99_ms"] <= 120, done.stdout
+    served = best["served"]
+    assert served["protocol"] == "http" and served["meets"], done.stdout
+    assert served["concurrency"] in (1, 2) and report["recommended_concurrency"] == served["concurrency"]
+    assert served["p99_ms"] <= 120
+    missed = [level for level in served["levels"] if level["concurrency"] == 4]
+    assert missed and missed[0]["p99_ms"] > 120, done.stdout
+    assert "over HTTP: serving 4 x no batching, in-server to check its figures" in done.stderr
+    assert (
+        f"best for slow_over_http: 4 x no batching, in-server: {served['throughput']:.1f} infer/s at "
+        f"concurrency {served['concurrency']}, p99 {served['p99_ms']:.2f} ms, verified over HTTP (in-process: "
+    ) in done.stderr
+    assert "count: 4" in (out / "slow_over_http" / "config.pbtxt").read_text()
+
+
 @pytest.fixture
 def explicit_server(repo: Path) -> Iterator[Server]:
     settings = ServerSettings(

@@ -327,3 +327,84 @@ def test_a_quick_sweep_starts_where_the_best_config_so_far_peaked() -> None:
     assert session()._lead([], base) == Lead(8, 0.0)  # nothing yet: the middle of 1, 2, ... 64
     assert session("brute")._lead([best], base) is None  # brute sweeps start at 1
     assert session(objective="latency")._lead([best], base) is None  # the lowest p99 is at low loads
+
+
+class SimulatedServed(SimulatedLoad):
+    """SimulatedLoad with what warm-up and settling call (verify.py serves a config over HTTP)."""
+
+    def __init__(self, rate: float, cap: float, stall: tuple[int, ...] = ()) -> None:
+        from types import SimpleNamespace
+
+        super().__init__(rate, cap, stall)
+        self.settings = SimpleNamespace(measurement_ms=1)
+
+    def _set_load(self, value: float) -> None:
+        pass
+
+    def _collect(self):  # type: ignore[no-untyped-def]
+        return [], 0.0
+
+
+def test_served_over_http_a_config_steps_down_from_its_in_process_concurrency_to_the_budget() -> None:
+    from tcli.analyze.verify import served_levels
+
+    load = SimulatedServed(rate=300, cap=2000)  # p99 38 ms at 64 (p50 19: measured again), 19 ms at 32
+    levels = served_levels(load, LEVELS, 64, Constraints(latency_budget_ms=20))  # type: ignore[arg-type]
+    # one level at a time, none below the first that meets the budget
+    assert load.measured == [64, 64, 32]
+    assert [level.concurrency for level in levels] == [32, 64]
+    assert levels[0].p99_ms <= 20 < levels[1].p99_ms
+
+
+def served_rows() -> list:  # type: ignore[type-arg]
+    """Three configs ranked by their in-process figures (2000, 1500, 1000 infer/s at concurrency 64,
+    p99 10 ms)."""
+    measured = [
+        Measured(Candidate(count, 8, True), [Level(64, throughput, 5.0, 10.0)])
+        for count, throughput in ((3, 2000.0), (2, 1500.0), (1, 1000.0))
+    ]
+    rows = rank(measured, Constraints(latency_budget_ms=20), Candidate(1, 8, True))
+    assert [row.candidate.instance_count for row in rows] == [3, 2, 1]
+    return rows
+
+
+def fake_check(served: dict[int, list[Level]], checked: list[int]):  # type: ignore[no-untyped-def]
+    def check(row):  # type: ignore[no-untyped-def]
+        checked.append(row.candidate.instance_count)
+        return Measured(row.candidate, served[row.candidate.instance_count])
+
+    return check
+
+
+def test_a_runner_up_that_may_serve_more_than_the_best_served_is_checked_and_can_win() -> None:
+    from tcli.analyze.verify import check_best
+
+    constraints = Constraints(latency_budget_ms=20)
+    served = {
+        3: [Level(32, 1000.0, 8, 15), Level(64, 1900.0, 30, 45)],  # over the budget at 64: 1000/s at 32
+        2: [Level(64, 1400.0, 9, 18)],  # within it at 64
+        1: [Level(64, 900.0, 9, 18)],
+    }
+    checked: list[int] = []
+    rows = check_best(served_rows(), fake_check(served, checked), constraints, Candidate(1, 8, True))
+    # the runner-up's 1500/s in-process beat the best's 1000/s served: checked; the third's 1000/s
+    # in-process cannot beat the runner-up's 1400/s served: not checked
+    assert checked == [3, 2]
+    # those checked by what they served, then the one not checked
+    assert [(row.candidate.instance_count, row.rank) for row in rows] == [(2, 1), (3, 2), (1, 3)]
+    best = rows[0]
+    assert best.served_meets and best.served_point is not None and best.served_point.throughput == 1400.0
+    assert rows[1].served_point is not None and rows[1].served_point.concurrency == 32  # its served point
+
+
+def test_no_config_is_recommended_when_none_checked_meets_the_budget_served() -> None:
+    from tcli.analyze.verify import MAX_CHECKED, check_best, closest_served
+
+    constraints = Constraints(latency_budget_ms=20)
+    served = {count: [Level(1, 50.0, 22, 22 + count)] for count in (1, 2, 3)}
+    checked: list[int] = []
+    rows = check_best(served_rows(), fake_check(served, checked), constraints, Candidate(1, 8, True))
+    assert len(checked) == MAX_CHECKED == 3
+    assert all(row.rank == 0 for row in rows)
+    closest = closest_served(rows)
+    assert closest is not None and closest.candidate.instance_count == 1  # 23 ms: the closest served
