@@ -181,7 +181,9 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request: Any, context: aio.ServicerContext) -> Any:
         waited = time.monotonic_ns() if self.service.tracer.enabled else 0  # GRPC_WAITREAD_START, if traced
-        await self.steps.start()  # a call cancelled here never reaches the model
+        if self.steps.delay_ms:  # TRITONSERVER_DELAY_GRPC_PROCESS: a call cancelled here never runs
+            await self.steps.delay()
+        self.steps.started()
         trace = None
         shm = self._session()
         try:

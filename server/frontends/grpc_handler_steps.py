@@ -74,19 +74,21 @@ class HandlerSteps:
             _LOG.debug("New request handler for %s, 0", STREAM_INFER)
 
     # ModelInfer ----------------------------------------------------------------------------------
-    async def start(self) -> None:
-        """A ModelInfer call at its START step: the configured wait, then processed. Raises
-        CancelledError when the call is cancelled during the wait (its cancellation is then told
-        as Triton's handlers tell it, the model never sees the call)."""
-        if self.delay_ms:
-            _LOG.info("Delaying the write of the response by %d ms...", self.delay_ms)
-            wait = asyncio.ensure_future(asyncio.sleep(self.delay_ms / 1000))
-            try:
-                await asyncio.shield(wait)
-            except asyncio.CancelledError:
-                _LOG.debug("Received notification for %s, 0", INFER)
-                self._keep(self._cancelled_at_start(wait))
-                raise
+    async def delay(self) -> None:
+        """A ModelInfer call waits `delay_ms` at its START step (the caller asks only when there is
+        a wait). Raises CancelledError when the call is cancelled meanwhile; its cancellation is
+        then told as Triton's handlers tell it, and the model never sees the call."""
+        _LOG.info("Delaying the write of the response by %d ms...", self.delay_ms)
+        wait = asyncio.ensure_future(asyncio.sleep(self.delay_ms / 1000))
+        try:
+            await asyncio.shield(wait)
+        except asyncio.CancelledError:
+            _LOG.debug("Received notification for %s, 0", INFER)
+            self._keep(self._cancelled_at_start(wait))
+            raise
+
+    def started(self) -> None:
+        """A ModelInfer call's START step processed."""
         if _REQUESTS.isEnabledFor(logging.DEBUG):
             _REQUESTS.debug("Process for %s, rpc_ok=1, 0 step START", INFER)
             _REQUESTS.debug("New request handler for %s, 0", INFER)
