@@ -34,6 +34,7 @@ from grpc import aio
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
+from server.frontends.grpc_handler_steps import STREAM_INFER, HandlerSteps
 from server.frontends.grpc_restricted import guard
 from server.frontends.header_forward import NO_FORWARD, HeaderForward
 from server.protocol import grpc_codec as codec
@@ -84,6 +85,7 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
         self._owns_shm = shm_registry is None
         self.shm = SharedMemoryRegistry() if shm_registry is None else shm_registry
         self._shm_view: ShmView | None = self.shm.view if allow_client_shm else None
+        self.steps = HandlerSteps()  # Triton's handler lines; TRITONSERVER_DELAY_GRPC_PROCESS
         guard(self, restricted or {})  # --grpc-restricted-protocol: before the methods are registered
 
     # answers ---------------------------------------------------------------------------------------
@@ -179,6 +181,9 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request: Any, context: aio.ServicerContext) -> Any:
         waited = time.monotonic_ns() if self.service.tracer.enabled else 0  # GRPC_WAITREAD_START, if traced
+        if self.steps.delay_ms:  # TRITONSERVER_DELAY_GRPC_PROCESS: a call cancelled here never runs
+            await self.steps.delay()
+        self.steps.started()
         trace = None
         shm = self._session()
         try:
@@ -197,6 +202,9 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
             encoded = codec.encode_infer_response(response, infer_request.outputs, shm)
             trace.sent(GRPC_SEND_START, GRPC_SEND_END, sending)
             return encoded
+        except asyncio.CancelledError:  # the client went away (or the deadline passed): the call ends
+            self.steps.cancelled_issued()
+            raise
         except TritonError as error:
             await context.abort(_STATUS[error.code], error.message)
         except Exception as exc:
@@ -328,6 +336,7 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
                 if not tasks:
                     out.put_nowait(None)
 
+        self.steps.stream_started()
         reader = loop.create_task(read())
         try:
             while True:
@@ -339,6 +348,10 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
                     await context.abort(_STATUS[error.code], error.message)
                 yield message
             await reader  # re-raises a failed read (the client went away): the call ends
+        except asyncio.CancelledError:  # the client went away: its requests still running are cancelled
+            if tasks:
+                self.steps.cancelled_issued(STREAM_INFER, len(tasks))
+            raise
         finally:
             reader.cancel()
             for task in list(tasks):
@@ -425,6 +438,7 @@ class GrpcFrontend(pb_grpc.GRPCInferenceServiceServicer):
         return await self._answer(context, work)
 
     def close(self) -> None:
+        self.steps.close()
         if self._owns_shm:
             self.shm.close()
 
@@ -508,7 +522,7 @@ async def serve_grpc(
     if implementation == "native":
         from server.frontends.grpc_native import serve_native
 
-        return await serve_native(
+        native = await serve_native(
             lambda table: pb_grpc.add_GRPCInferenceServiceServicer_to_server(frontend, table),
             frontend,
             host,
@@ -520,6 +534,8 @@ async def serve_grpc(
             max_concurrent_streams=max_concurrent_streams,
             read_timeout=read_timeout,
         )
+        frontend.steps.posted()
+        return native
     options = [
         *server_options(max_message_size),
         ("grpc.so_reuseport", 1 if reuse_port else 0),
@@ -539,4 +555,5 @@ async def serve_grpc(
     if bound == 0:
         raise OSError(f"gRPC server could not bind {address}")
     await server.start()
+    frontend.steps.posted()
     return GrpcServerHandle(bound, server, frontend)
