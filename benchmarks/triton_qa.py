@@ -33,8 +33,10 @@ needs what neither server has here; for all suites, Triton's C++ `identity` back
 backend of the same name in $TRITON_DIR/backends (input i returned as output i, after the config's
 `execute_delay_ms`). tcli's server allows client shared memory (`--allow-client-shm=true`), as 2.51
 always did. Adapted suites: L0_request_cancellation (its C++ unit test binary, built against Triton's
-core library, left out on both), L0_decoupled (its models laid out as Triton's QA image does,
-python_backend's decoupled examples standing in for the C++ repeat and square backends) and
+core library, left out on both), L0_decoupled (its models laid out as Triton's QA image does, its
+custom trial's C++ repeat and square backends python-based ones of the same names, and on the
+reference, which lacks its pytorch backend, fan_repeat's TorchScript add/sub step served by a
+python-based `pytorch` backend; tcli's built-in one wins over it, as Triton's library would) and
 L0_shared_memory (Triton's TF `simple` example as a python model). L0_python_api needs core's
 python/test files beside it, as Triton's CI puts them there: `--core` names a checkout of triton-inference-server/core (`git archive r24.10 python/test`);
 on tcli its clients' `tritonserver` and `tritonfrontend` are tcli.inprocess and tcli.frontend.
@@ -377,11 +379,16 @@ cp() {  # triton_qa: a source absent here is skipped, not fatal
 """
 
 
-# Triton's C++ `repeat` backend (a decoupled model: one response per element of IN, with its
-# index, after DELAY[i] ms, then the final flag) as a python-based backend, for L0_model_config's
-# ensembles that check decoupled branching; both servers load it from $BACKEND_DIR/repeat/model.py
+# Triton's C++ `repeat` and `square` backends as python-based backends both servers load from
+# $BACKEND_DIR/<name>/model.py, for L0_model_config's ensembles that check decoupled branching and
+# L0_decoupled's custom trial. repeat: one response per element of IN (OUT the element, IDX its
+# index), the i-th after DELAY[i] ms, then the final flag, on a thread of its own, while execute
+# returns after WAIT ms (so one instance serves several requests at once); IN and DELAY must have
+# the same shape. Like the C++ backend (and unlike python_backend's example) it serves a model
+# whose decoupled policy is off too, sending its one response and the final flag apart.
+# square: IN's value n answered n times with n.
 _REPEAT_BACKEND = """
-import time
+import threading, time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -390,18 +397,46 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def execute(self, requests):
         for request in requests:
-            sender = request.get_response_sender()
             values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
             delay = pb_utils.get_input_tensor_by_name(request, "DELAY")
-            delays = delay.as_numpy() if delay is not None else np.zeros(len(values), np.uint32)
-            for index, value in enumerate(values):
-                time.sleep(int(delays[index]) / 1000.0 if index < len(delays) else 0)
-                sender.send(pb_utils.InferenceResponse([
-                    pb_utils.Tensor("OUT", np.array([value], np.int32)),
-                    pb_utils.Tensor("IDX", np.array([index], np.uint32)),
-                ]))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            delays = delay.as_numpy() if delay is not None else np.zeros(values.shape, np.uint32)
+            if values.shape != delays.shape:
+                raise pb_utils.TritonModelException(
+                    f"expected IN and DELAY shape to match, got {list(values.shape)} and {list(delays.shape)}.")
+            sender = request.get_response_sender()
+            threading.Thread(target=self.respond, args=(sender, values, delays), daemon=True).start()
+            wait = pb_utils.get_input_tensor_by_name(request, "WAIT")
+            if wait is not None:
+                time.sleep(int(wait.as_numpy()[0]) / 1000.0)
         return None
+
+    def respond(self, sender, values, delays):
+        for index, value in enumerate(values):
+            time.sleep(int(delays[index]) / 1000.0)
+            sender.send(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUT", np.array([value], np.int32)),
+                pb_utils.Tensor("IDX", np.array([index], np.uint32)),
+            ]))
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+"""
+_SQUARE_BACKEND = """
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            n = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            threading.Thread(target=self.respond, args=(request.get_response_sender(), n), daemon=True).start()
+        return None
+
+    def respond(self, sender, n):
+        for _ in range(n):
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([n], np.int32))]))
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 """
 
 
@@ -425,23 +460,62 @@ def _no_cancellation_unit_test(suite: Path, server: str) -> None:
     stand_in.chmod(0o755)
 
 
+# the reference's pytorch backend, absent here (tcli's built-in one wins over it, as Triton's library
+# would): the qa's add/sub TorchScript models (gen_qa_models.py) as a python-based backend, in numpy
+# (the reference's python stub has no torch): OUTPUT__0 = INPUT0 + INPUT1 and OUTPUT__1 = INPUT0 -
+# INPUT1, swapped in versions 2 and 3, as gen_qa_models makes them
+_ADDSUB_PYTORCH_BACKEND = """
+import json
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.dtypes = [pb_utils.triton_string_to_numpy(o["data_type"]) for o in config["output"][:2]]
+        self.swap = args["model_version"] in ("2", "3")
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            results = (a - b, a + b) if self.swap else (a + b, a - b)
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor(f"OUTPUT__{i}", r.astype(t)) for i, (r, t) in enumerate(zip(results, self.dtypes))
+            ]))
+        return responses
+"""
+
+
 def _decoupled_python_models(suite: Path, server: str) -> None:
     """L0_decoupled's models as Triton's QA image lays them out (Dockerfile.QA): each model's version
-    folder 1, and python_models, the python trial's repository, is `models` plus python_backend's
-    decoupled examples as repeat_int32 and square_int32. The custom trial's repeat_int32 and square_int32 are Triton's C++ repeat and
-    square backends, which neither server has here: the same python examples stand in for them (so
-    NonDecoupledTest, which turns repeat_int32's decoupled policy off, fails on both: the python
-    example refuses to load without it)."""
+    folder 1; `models`, the custom trial's repository, with repeat_int32 and square_int32 of Triton's
+    C++ repeat and square backends (src/test/models: python_backend's example configs with
+    `backend: "repeat"`/`"square"` and no instance group), which the python-based stand-ins serve
+    here (see _REPEAT_BACKEND); python_models, the python trial's, `models` with python_backend's
+    decoupled examples as repeat_int32 and square_int32. The reference's pytorch backend, which
+    fan_repeat's last step needs, is a python-based stand-in (_ADDSUB_PYTORCH_BACKEND)."""
     examples = Path(os.environ["TRITON_QA_PYTHON_BACKEND"]) / "examples" / "decoupled"
     for model in (suite / "models").iterdir():  # the image makes each model's version folder
         (model / "1").mkdir(exist_ok=True)
     shutil.copytree(suite / "models", suite / "python_models")
-    for repository in (suite / "python_models", suite / "models"):
-        for model in ("repeat", "square"):
-            folder = repository / f"{model}_int32"
-            (folder / "1").mkdir(parents=True, exist_ok=True)
-            shutil.copy(examples / f"{model}_model.py", folder / "1" / "model.py")
-            shutil.copy(examples / f"{model}_config.pbtxt", folder / "config.pbtxt")
+    backends = suite.parents[1] / "backends"  # $TRITON_DIR/backends, as identity's
+    for model, text in (("repeat", _REPEAT_BACKEND), ("square", _SQUARE_BACKEND)):
+        folder = suite / "python_models" / f"{model}_int32"
+        (folder / "1").mkdir(parents=True, exist_ok=True)
+        shutil.copy(examples / f"{model}_model.py", folder / "1" / "model.py")
+        config = (examples / f"{model}_config.pbtxt").read_text()
+        shutil.copy(examples / f"{model}_config.pbtxt", folder / "config.pbtxt")
+        folder = suite / "models" / f"{model}_int32"
+        (folder / "1").mkdir(parents=True, exist_ok=True)
+        config = config.replace('backend: "python"', f'backend: "{model}"')
+        (folder / "config.pbtxt").write_text(config.replace("instance_group [{ kind: KIND_CPU }]", ""))
+        (backends / model).mkdir(parents=True, exist_ok=True)
+        (backends / model / "model.py").write_text(text)
+    (backends / "pytorch").mkdir(parents=True, exist_ok=True)
+    (backends / "pytorch" / "model.py").write_text(_ADDSUB_PYTORCH_BACKEND)
 
 
 # Triton's TF `simple` example (docs/examples/model_repository/simple: INT32 [16] sum and difference,

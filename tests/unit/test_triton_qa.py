@@ -1,6 +1,6 @@
 """benchmarks/triton_qa.py's python_test: the part of L0_backend_python/test.sh it runs; L0_python_api's
 folder as the runner lays it out: core's test files beside the qa's, and the `tritonserver` and
-`tritonfrontend` its clients import being tcli's."""
+`tritonfrontend` its clients import being tcli's; L0_decoupled's two trials' repositories."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.triton_qa import _example_runs, _python_api, _python_test_script
+from benchmarks.triton_qa import _decoupled_python_models, _example_runs, _python_api, _python_test_script
 
 # shaped as Triton's top-level test.sh: header, interpreter checks, models, one client run, more servers
 TEST_SH = """\
@@ -92,3 +92,27 @@ def test_python_api_gets_cores_tests_and_tcli_under_tritons_names(
     other.mkdir()
     _python_api(other, "triton")  # real Triton's own packages, were they installed
     assert not (other / "tritonserver.py").exists()
+
+
+def test_decoupled_custom_trial_names_tritons_backends_and_the_python_trial_the_examples(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    examples = tmp_path / "python_backend" / "examples" / "decoupled"
+    examples.mkdir(parents=True)
+    for model in ("repeat", "square"):
+        (examples / f"{model}_model.py").write_text(f"# {model} example")
+        (examples / f"{model}_config.pbtxt").write_text(
+            f'name: "{model}_int32"\nbackend: "python"\ninstance_group [{{ kind: KIND_CPU }}]\n'
+        )
+    monkeypatch.setenv("TRITON_QA_PYTHON_BACKEND", str(tmp_path / "python_backend"))
+    suite = tmp_path / "triton" / "qa" / "L0_decoupled"
+    (suite / "models" / "fan_repeat").mkdir(parents=True)
+    _decoupled_python_models(suite, "tcli")
+
+    custom = (suite / "models" / "repeat_int32" / "config.pbtxt").read_text()
+    assert 'backend: "repeat"' in custom and "instance_group" not in custom  # src/test/models' config
+    assert 'backend: "python"' in (suite / "python_models" / "repeat_int32" / "config.pbtxt").read_text()
+    assert (suite / "python_models" / "square_int32" / "1" / "model.py").read_text() == "# square example"
+    assert (suite / "python_models" / "fan_repeat" / "1").is_dir()
+    for backend in ("repeat", "square", "pytorch"):
+        compile((tmp_path / "triton" / "backends" / backend / "model.py").read_text(), backend, "exec")
