@@ -82,7 +82,10 @@ if TYPE_CHECKING:
 # A model runs inline while its executions average (exponentially weighted) under this: a longer
 # stall of the event loop delays every other connection's requests.
 INLINE_BUDGET_NS = 500_000
-_EMA_WEIGHT = 0.125  # weight of the newest execution in the average
+_EMA_WEIGHT = 0.125
+# how long an instance update waits for a removed instance to be free before leaving its unload to
+# the old runner's drain
+STEP_DOWN_WAIT_S = 30.0  # weight of the newest execution in the average
 _LOG = logging.getLogger("tcli.scheduling")
 
 
@@ -269,8 +272,10 @@ class ModelRunner:
                 continue
             if index < len(self._threads):
                 self._threads[index].join()
-            if index < len(self._busy):
-                self._busy[index].acquire()  # held for good: nothing runs on it again
+            # held for good once taken: nothing runs on it again. An instance whose process is being
+            # started again holds it meanwhile, maybe for long: `finish` unloads that one, later
+            if index < len(self._busy) and not self._busy[index].acquire(timeout=STEP_DOWN_WAIT_S):
+                continue
             with contextlib.suppress(Exception):  # a model's own cleanup failing must not stop the others
                 instance.unload()
             self._not_mine.add(index)
