@@ -82,10 +82,10 @@ if TYPE_CHECKING:
 # A model runs inline while its executions average (exponentially weighted) under this: a longer
 # stall of the event loop delays every other connection's requests.
 INLINE_BUDGET_NS = 500_000
-_EMA_WEIGHT = 0.125
+_EMA_WEIGHT = 0.125  # weight of the newest execution in the average
 # how long an instance update waits for a removed instance to be free before leaving its unload to
 # the old runner's drain
-STEP_DOWN_WAIT_S = 30.0  # weight of the newest execution in the average
+STEP_DOWN_WAIT_S = 30.0
 _LOG = logging.getLogger("tcli.scheduling")
 
 
