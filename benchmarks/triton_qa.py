@@ -36,8 +36,10 @@ always did. Adapted suites: L0_request_cancellation (its C++ unit test binary, b
 core library, left out on both), L0_decoupled (its models laid out as Triton's QA image does, its
 custom trial's C++ repeat and square backends python-based ones of the same names, and on the
 reference, which lacks its pytorch backend, fan_repeat's TorchScript add/sub step served by a
-python-based `pytorch` backend; tcli's built-in one wins over it, as Triton's library would) and
-L0_shared_memory (Triton's TF `simple` example as a python model). L0_python_api needs core's
+python-based `pytorch` backend; tcli's built-in one wins over it, as Triton's library would),
+L0_shared_memory (Triton's TF `simple` example as a python model) and L0_model_update (its tearDown's
+`_feedErrorsToResult` and `_outcome.errors`, gone in Python 3.11, given back to its clients as the
+case's errors and failures from its result). L0_python_api needs core's
 python/test files beside it, as Triton's CI puts them there: `--core` names a checkout of triton-inference-server/core (`git archive r24.10 python/test`);
 on tcli its clients' `tritonserver` and `tritonfrontend` are tcli.inprocess and tcli.frontend.
 
@@ -567,6 +569,33 @@ def _python_api(suite: Path, server: str) -> None:
             )
 
 
+# unittest's TestCase._feedErrorsToResult and _Outcome.errors, which L0_model_update's tearDown
+# reads to learn whether its case failed (then unloads the model and waits for the next case), are
+# gone in Python 3.11 (Triton's CI clients run 3.10): on 3.11 and later, the case's errors and
+# failures are the ones its result already holds
+_FEED_ERRORS = """
+
+if sys.version_info >= (3, 11) and not hasattr(unittest.TestCase, "_feedErrorsToResult"):
+    def _outcome_errors(outcome):
+        return [(test, err) for test, err in outcome.result.errors + outcome.result.failures]
+
+    def _feed_errors_to_result(self, result, errors):
+        result.errors.extend((test, err) for test, err in errors if test is self)
+
+    unittest.case._Outcome.errors = property(_outcome_errors)
+    unittest.TestCase._feedErrorsToResult = _feed_errors_to_result
+"""
+
+
+def _unittest_feed_errors(suite: Path, server: str) -> None:
+    """L0_model_update's tearDown calls `self._feedErrorsToResult(result, self._outcome.errors)`,
+    which Python 3.11 removed (Triton's CI clients run 3.10): every case would error there, and its
+    clean-up after a failed case (unload, wait) would never run. The clients' sitecustomize gives
+    them both back on 3.11+, answering from the case's result."""
+    plugin = suite.parents[2] / "plugin" / "sitecustomize.py"  # SCRATCH/triton/qa/SUITE
+    plugin.write_text(plugin.read_text() + _FEED_ERRORS)
+
+
 # what is changed around a suite, where a case needs what neither server has here (a C++ backend, a
 # GPU, a TensorFlow or TensorRT model) or what the qa's image adds: suite -> function(qa folder, server)
 ADAPT: dict[str, Callable[[Path, str], None]] = {
@@ -576,6 +605,7 @@ ADAPT: dict[str, Callable[[Path, str], None]] = {
     "L0_request_cancellation": _no_cancellation_unit_test,
     "L0_decoupled": _decoupled_python_models,
     "L0_shared_memory": _shared_memory_simple,
+    "L0_model_update": _unittest_feed_errors,
 }
 GPU_CASES = ("test_gpu_tensor_error", "test_dlpack_tensor_error")  # python_test's CUDA cases
 

@@ -4,7 +4,8 @@ models' repository agents (agents/).
 
 A (re)load builds a complete new ServedModel beside the old one and swaps it in with one dict
 assignment: requests already holding the old model finish on its runners, which are then drained and
-unloaded. A reload whose new version fails keeps the old version serving.
+unloaded. A reload whose new version fails keeps the old version serving. A reload that changes only
+a version's instance_group updates its instances in place, as Triton does (`_update_instances`).
 
 Long: locating, building, swapping in and retiring a model all work under one lock over one dict of
 served models, with the load options every step reads; pieces that stand alone already live beside
@@ -585,6 +586,8 @@ class ModelManager:
         versions = select_versions(config.version_policy, folder.versions)
         for version in versions:
             kept = _unchanged_version(old, served, folder, version)
+            if kept is None and (updating := _instances_changed(old, served, folder, version)) is not None:
+                kept = self._update_instances(config, folder, updating)
             served.versions[version] = kept or self._load_version(config, folder, version)
         if all(served.versions[v].state == ModelState.READY for v in versions):
             served.built_from = fingerprint
@@ -685,27 +688,57 @@ class ModelManager:
                 return []
         return [step.model_name for step in config.ensemble_scheduling.step]
 
-    def _load_version(self, config: ModelConfig, folder: ModelFolder, version: int) -> VersionEntry:
+    def _runner(self, config: ModelConfig, folder: ModelFolder, entry: VersionEntry) -> ModelRunner:
+        """A runner (not loaded yet) for `entry`'s version of the model, as `config` has it."""
         from server.scheduling.runner import ModelRunner
 
-        if config.platform == backends.ENSEMBLE:
-            return self._load_ensemble(config, version)
-        if self._cancelled:  # the server stops: no instance starts (a poll's reload, a load request)
-            return VersionEntry(version, ModelState.UNAVAILABLE, "the server is stopping")
-        entry = VersionEntry(version, ModelState.LOADING)
         settings = self.options.backend_config
         context = ModelContext(
             config,
             folder.path,
-            version,
+            entry.version,
             folder.repository,
             partial(_instance_failed, entry),
             {**settings.get("", {}), **settings.get(config.backend, {})},
             self.options.backend_directory,
         )
-        runner = ModelRunner(
-            context, self.stats.get(config.name, version), rate_limiter=self.options.rate_limiter
+        return ModelRunner(
+            context, self.stats.get(config.name, entry.version), rate_limiter=self.options.rate_limiter
         )
+
+    def _update_instances(
+        self, config: ModelConfig, folder: ModelFolder, entry: VersionEntry
+    ) -> VersionEntry:
+        """Triton's model instance update: a ready version whose config changed only in its
+        instance_group keeps serving on the instances that stay, while the added ones are created;
+        then its requests go to them all, and the removed ones are finalized once what they run is
+        done. A failure leaves the version as it was (the reload fails, the old config serves on)."""
+        previous = entry.runner
+        if self._cancelled or previous is None:
+            return VersionEntry(entry.version, ModelState.UNAVAILABLE, "the server is stopping")
+        runner = self._runner(config, folder, entry)
+        log.debug("updating the instances of '%s' version %d", config.name, entry.version)
+        try:
+            runner.load(previous)
+        except TritonError as exc:
+            return VersionEntry(entry.version, ModelState.UNAVAILABLE, exc.status_string())
+        except Exception as exc:  # a backend failing in an unforeseen way fails only this update
+            return VersionEntry(
+                entry.version,
+                ModelState.UNAVAILABLE,
+                internal(f"{type(exc).__name__}: {exc}").status_string(),
+            )
+        entry.runner = runner  # the version's requests go to the new instance set from here on
+        previous.step_down()
+        return entry
+
+    def _load_version(self, config: ModelConfig, folder: ModelFolder, version: int) -> VersionEntry:
+        if config.platform == backends.ENSEMBLE:
+            return self._load_ensemble(config, version)
+        if self._cancelled:  # the server stops: no instance starts (a poll's reload, a load request)
+            return VersionEntry(version, ModelState.UNAVAILABLE, "the server is stopping")
+        entry = VersionEntry(version, ModelState.LOADING)
+        runner = self._runner(config, folder, entry)
         log.debug(
             "loading '%s' version %d with backend '%s' from %s",
             config.name,
@@ -776,17 +809,40 @@ def _unchanged_version(
     """The old model's ready entry for `version` when a reload need not load it again, as Triton
     decides: neither the version's files nor the model's other files (the config aside) changed, and
     the config differs at most in its version policy. An ensemble is always built again."""
-    if old is None or old.config is None or new.config is None or old.path != folder.path:
-        return None
-    entry = old.versions.get(version)
-    if entry is None or entry.state != ModelState.READY or entry.runner is None:
+    entry = _same_files(old, new, folder, version)
+    if entry is None or old is None or old.config is None or new.config is None:
         return None
     before, after = type(old.config)(), type(new.config)()
     before.CopyFrom(old.config)
     after.CopyFrom(new.config)
     before.ClearField("version_policy")
     after.ClearField("version_policy")
-    if before != after:
+    return entry if before == after else None
+
+
+def _instances_changed(
+    old: ServedModel | None, new: ServedModel, folder: ModelFolder, version: int
+) -> VersionEntry | None:
+    """The old model's ready entry for `version` when a reload changes only its instances (Triton's
+    model instance update): the files as for `_unchanged_version`, the config the same less its
+    instance_group and version policy."""
+    from server.scheduling.instance_update import only_instances_differ
+
+    entry = _same_files(old, new, folder, version)
+    if entry is None or old is None or old.config is None or new.config is None:
+        return None
+    return entry if only_instances_differ(old.config, new.config) else None
+
+
+def _same_files(
+    old: ServedModel | None, new: ServedModel, folder: ModelFolder, version: int
+) -> VersionEntry | None:
+    """The old model's ready entry for `version` (run by a runner, from the same folder) when neither
+    the version's files nor the model's other files (the config aside) changed."""
+    if old is None or old.config is None or new.config is None or old.path != folder.path:
+        return None
+    entry = old.versions.get(version)
+    if entry is None or entry.state != ModelState.READY or entry.runner is None:
         return None
     config_file = os.path.relpath(folder.config_path, folder.path)
     if _version_files(old.fingerprint, version, config_file) != _version_files(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
     from tritonclient.grpc.model_config_pb2 import ModelRateLimiter
 
+_LOG = logging.getLogger("tcli.scheduling")
 GLOBAL = -1  # the device key of a global resource
 EVERY_DEVICE = None  # a --rate-limit-resource without a device
 
@@ -127,6 +129,7 @@ class RateLimiter:
                 self._slots.remove(slot)
                 self._available = self._capacities()
                 raise
+            self._log_capacities()
             self._changed.notify_all()
         return slot
 
@@ -135,6 +138,7 @@ class RateLimiter:
             if slot in self._slots:
                 self._slots.remove(slot)
                 self._available = self._capacities()
+                self._log_capacities()
                 self._grant()
 
     def _capacities(self) -> dict[ResourceKey, int]:
@@ -164,6 +168,20 @@ class RateLimiter:
                 )
             available[key] = count
         return available
+
+    def _log_capacities(self) -> None:
+        """Verbose level 1: the resources that exist now, a device after another, as Triton logs its
+        map (escaped, on one line, as Triton's log escapes it: its qa looks for "Resource: R1\\t Count: 3")."""
+        if not _LOG.isEnabledFor(logging.DEBUG):
+            return
+        text = "\\nMax Resource Map===>\\n"
+        devices = sorted({device for device, _ in self._available})
+        for device in devices:
+            text += f"\\tDevice: {'GLOBAL' if device == GLOBAL else device}\\n"
+            for (where, name), count in self._available.items():
+                if where == device:
+                    text += f"\\t\\tResource: {name}\\t Count: {count}\\n"
+        _LOG.debug("%s", text)
 
     def _explicit_count(self, device: int, name: str) -> int:
         counts = [

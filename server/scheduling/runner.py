@@ -56,6 +56,7 @@ from server.scheduling.batch import batch_key, merge_inputs, requested_outputs, 
 from server.scheduling.batch_io import BatchIO
 from server.scheduling.dispatch import LoopDispatcher
 from server.scheduling.instance_loading import load_instances
+from server.scheduling.instance_update import matching_instances
 from server.scheduling.sequence import NullItem
 from server.scheduling.warmup import warm_up, warmup_samples
 from server.scheduling.work import (
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
 
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+    from server.backends.base import InstanceSpec
     from server.protocol.types import InferenceRequest
     from server.scheduling.rate_limiter import InstanceSlot, RateLimiter
     from server.scheduling.stats import ModelStats
@@ -81,6 +83,9 @@ if TYPE_CHECKING:
 # stall of the event loop delays every other connection's requests.
 INLINE_BUDGET_NS = 500_000
 _EMA_WEIGHT = 0.125  # weight of the newest execution in the average
+# how long an instance update waits for a removed instance to be free before leaving its unload to
+# the old runner's drain
+STEP_DOWN_WAIT_S = 30.0
 _LOG = logging.getLogger("tcli.scheduling")
 
 
@@ -131,6 +136,10 @@ class ModelRunner:
         self._pads = self.scheduler.pads_batches
         self._instances: list[TensorModel | RequestModel] = []
         self._instance_names: list[str] = []
+        self._specs: list[InstanceSpec] = []
+        # instances this runner must not unload: taken over by the runner that replaced it (an
+        # instance update), already finalized, or (while it loads) still its predecessor's
+        self._not_mine: set[int] = set()
         self._busy: list[threading.Lock] = []  # held while an instance executes (worker or inline)
         self._threads: list[threading.Thread] = []  # started with the first queued request
         self._threads_lock = threading.Lock()
@@ -155,12 +164,27 @@ class ModelRunner:
         self._batch_io = BatchIO.of(context.config)
 
     # lifecycle -------------------------------------------------------------------------------------
-    def load(self) -> None:
+    def load(self, previous: ModelRunner | None = None) -> None:
         """Create every instance, register it with the rate limiter and run the config's warmup samples
         on it (raising the first failure, after unloading what did load), then start one worker thread
-        per instance (when the first request is queued)."""
+        per instance (when the first request is queued). `previous`: the runner of this version whose
+        config differed only in its instance_group (an instance update, see instance_update.py): its
+        instances that match take their place here as they are, and only the others are created;
+        they become this runner's when the load succeeds (`previous.step_down()` then finalizes the
+        rest)."""
+        specs = instance_specs(self.config)
+        kept: dict[int, int] = {}
+        if previous is not None:
+            kept = matching_instances(previous.config, previous._specs, self.config, specs)
+        self._not_mine = set(kept)
         try:
-            self._instances.extend(load_instances(self.context, specs := instance_specs(self.config)))
+            added = iter(load_instances(self.context, [s for i, s in enumerate(specs) if i not in kept]))
+            assert previous is not None or not kept
+            self._instances.extend(
+                previous._instances[kept[i]] if previous is not None and i in kept else next(added)
+                for i in range(len(specs))
+            )
+            self._specs = specs
             for spec in specs:
                 self._instance_names.append(spec.name)
                 if self._rate_limiter is not None:
@@ -172,13 +196,22 @@ class ModelRunner:
                 self._unregister()
             self.scheduler.prepare(len(self._instances))
             for index, name in enumerate(self._instance_names):
+                if index in kept:  # already warm
+                    continue
                 samples = warmup_samples(self.config, self.context.model_dir, self.version)
                 warm_up(self.name, name, samples, partial(self._execute, self._instances[index], index))
         except BaseException:
             self._unload_instances()
             raise
         verbose.loaded(self.name, self.version, self.config, self._instances)
-        self._busy = [threading.Lock() for _ in self._instances]
+        # a kept instance keeps its busy lock: what its old runner still runs on it, this one waits for
+        self._busy = [
+            previous._busy[kept[i]] if previous is not None and i in kept else threading.Lock()
+            for i in range(len(self._instances))
+        ]
+        if previous is not None:
+            previous._not_mine.update(kept.values())
+        self._not_mine = set()
         scheduler = self.scheduler
         # batching and sequence schedulers need their queue; rate-limited executions wait on the workers
         if isinstance(scheduler, DefaultScheduler) and not self._slots:
@@ -229,6 +262,25 @@ class ModelRunner:
         if self._queued:  # a request queued before the close still runs
             self._start_workers(draining=True)
 
+    def step_down(self) -> None:
+        """This runner was replaced by one that took over some of its instances (`load(previous)`):
+        stop taking requests, finalize each instance not taken over once what it runs is done, and
+        leave the rest of the drain (requests still running on the kept instances) to a thread."""
+        self.close()
+        for index, instance in enumerate(self._instances):
+            if index in self._not_mine:
+                continue
+            if index < len(self._threads):
+                self._threads[index].join()
+            # held for good once taken: nothing runs on it again. An instance whose process is being
+            # started again holds it meanwhile, maybe for long: `finish` unloads that one, later
+            if index < len(self._busy) and not self._busy[index].acquire(timeout=STEP_DOWN_WAIT_S):
+                continue
+            with contextlib.suppress(Exception):  # a model's own cleanup failing must not stop the others
+                instance.unload()
+            self._not_mine.add(index)
+        threading.Thread(target=self.finish, name=f"retire-{self.name}_{self.version}", daemon=True).start()
+
     def finish(self, timeout: float | None = None) -> None:
         """Wait for queued and in-flight requests after `close`, then unload the instances."""
         for thread in self._threads:
@@ -246,6 +298,8 @@ class ModelRunner:
         self._inline = []
         self._unregister()
         for index, instance in enumerate(self._instances):
+            if index in self._not_mine:
+                continue
             # an inline execution on the event loop may still hold the instance: let it finish
             held = index < len(self._busy) and index not in (out or ())
             busy = self._busy[index] if held else contextlib.nullcontext()
@@ -254,6 +308,7 @@ class ModelRunner:
                 instance.unload()
         self._instances.clear()
         self._instance_names.clear()
+        self._specs = []
 
     # what the layers above may ask -----------------------------------------------------------------
     @property

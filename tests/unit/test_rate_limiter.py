@@ -5,6 +5,7 @@ goes next."""
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
@@ -40,6 +41,17 @@ def test_without_flags_each_resource_is_the_most_any_instance_asks_for() -> None
     assert [limiter.capacity(name, 0) for name in ("R1", "R2", "R3", "R4")] == [4, 5, 10, 5]
     limiter.unregister(c)
     assert limiter.capacity("R4", 0) == 5
+
+
+def test_verbose_log_shows_each_resource_count_as_triton_does(caplog: pytest.LogCaptureFixture) -> None:
+    # Triton's qa (L0_model_update) finds a lowered maximum in the server's log this way
+    limiter = RateLimiter()
+    with caplog.at_level(logging.DEBUG, logger="tcli.scheduling"):
+        old = limiter.register("old", 0, limits(("R1", 4)))
+        limiter.register("new", 0, limits(("R1", 3)))
+        limiter.unregister(old)
+    assert "Resource: R1\\t Count: 4" in caplog.records[0].getMessage()
+    assert "Resource: R1\\t Count: 3" in caplog.records[-1].getMessage()
 
 
 def test_flag_counts_per_device_and_global() -> None:
